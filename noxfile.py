@@ -1,0 +1,75 @@
+"""Development sessions: ``nox -l`` lists them. The README's two commands call ``scripts/dev.py``, which
+runs these in a private virtual environment so that a fresh machine needs only Python and pip."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import nox
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = False  # a user's machine has the Pythons it has
+
+PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+REPO = Path(__file__).resolve().parent
+TEST_DEPS = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "trustme>=1.1"]
+
+
+def _present(version: str) -> bool:
+    return shutil.which(f"python{version}") is not None
+
+
+@nox.session(python=PYTHONS)
+def tests(session: nox.Session) -> None:
+    """The whole test suite on one Python (skipped where that Python is not installed)."""
+    session.install(".", *TEST_DEPS)
+    session.run("pytest", *session.posargs, env={"PYTHONHASHSEED": "0"})
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.install("ruff>=0.8")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python="3.11")
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over the package."""
+    session.install("mypy>=1.13", ".")
+    session.run("mypy", "--strict", "spool_reporter")
+
+
+@nox.session(python="3.11")
+def docs(session: nox.Session) -> None:
+    """Build the Sphinx site with warnings as errors."""
+    session.install(".", "sphinx>=7", "myst-parser>=3")
+    out = session.posargs[0] if session.posargs else "docs/_build/html"
+    session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", out)
+
+
+@nox.session(python="3.11")
+def bench(session: nox.Session) -> None:
+    """Benchmarks: print the figures and assert the budgets (with a tolerance for a noisy 2-core machine)."""
+    session.install(".")
+    env = {"PYTHONHASHSEED": "0"}
+    for script in sorted((REPO / "benchmarks").glob("bench_*.py")):
+        session.run("python", str(script), *session.posargs, env=env)
+
+
+if sys.platform != "win32" and not os.environ.get("SPOOL_REPORTER_NOX_QUIET"):
+    missing = [v for v in PYTHONS if not _present(v)]
+    if missing:
+        print(f"noxfile: Python {', '.join(missing)} not found; their sessions will be skipped", file=sys.stderr)
+
+
+@nox.session(python="3.11")
+def demo(session: nox.Session) -> None:
+    """The main job: a real Django command reported end to end, offline, in a temporary home."""
+    session.install(".[django]")
+    session.run("python", "scripts/demo.py", *session.posargs)

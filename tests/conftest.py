@@ -1,0 +1,96 @@
+"""Shared fixtures: every test gets its own home, config, policy and state folders.
+
+CI runs with ``CI=true``; tests of enabled reporting therefore build their environment explicitly with
+:func:`clean_environ` (no CI markers, no opt-out switches) instead of inheriting the runner's.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spool_reporter import App
+from spool_reporter._app import django_app
+from spool_reporter._consent import CI_VARIABLES
+
+REPO = Path(__file__).resolve().parent.parent
+
+_STRIP_PREFIXES = ("DJANGO_", "SPOOL_REPORTER_", "XDG_")
+_STRIP = {*CI_VARIABLES, "DO_NOT_TRACK", "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "NO_PROXY",
+          "no_proxy", "ALL_PROXY", "all_proxy", "RUN_MAIN", "PYTHONPATH", "MYTOOL_NO_ANALYTICS"}
+
+
+def clean_environ(home: Path) -> dict[str, str]:
+    """This process's environment without CI markers, opt-outs or proxies, with ``home`` as the user's home."""
+    env = {k: v for k, v in os.environ.items() if k not in _STRIP and not k.startswith(_STRIP_PREFIXES)}
+    env.update(
+        HOME=str(home),
+        XDG_CONFIG_HOME=str(home / "config"),
+        XDG_STATE_HOME=str(home / "state"),
+        XDG_CONFIG_DIRS=str(home / "etc-xdg"),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    return env
+
+
+class Sandbox:
+    """Paths and environment of one isolated user."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.home = root / "home"
+        self.home.mkdir()
+        self.env = clean_environ(self.home)
+        self.config_dir = self.home / "config"
+        self.policy_dir = self.home / "etc-xdg"
+
+    def state_dir(self, app: App) -> Path:
+        return self.home / "state" / "spool_reporter" / app.slug
+
+    def user_file(self, app: App) -> Path:
+        return self.config_dir / app.config_name
+
+    def policy_file(self, app: App) -> Path:
+        return self.policy_dir / app.config_name
+
+    def write_user(self, app: App, text: str) -> Path:
+        self.config_dir.mkdir(parents=True, exist_ok=True)
+        path = self.user_file(app)
+        path.write_text(text)
+        return path
+
+    def write_policy(self, app: App, text: str) -> Path:
+        self.policy_dir.mkdir(parents=True, exist_ok=True)
+        path = self.policy_file(app)
+        path.write_text(text)
+        return path
+
+    def spool_lines(self, app: App) -> list[bytes]:
+        """Every line in the active file and the sealed segments."""
+        folder = self.state_dir(app)
+        if not folder.exists():
+            return []
+        lines: list[bytes] = []
+        for path in sorted(folder.glob("seg-*.jsonl")) + [folder / "spool.jsonl"]:
+            if path.exists():
+                lines.extend(line for line in path.read_bytes().split(b"\n") if line.strip())
+        return lines
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
+    yield Sandbox(tmp_path)
+
+
+@pytest.fixture
+def app() -> App:
+    return django_app("5.2.7")
+
+
+@pytest.fixture
+def python() -> str:
+    return sys.executable
