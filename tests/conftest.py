@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
+import spool_reporter
 from spool_reporter import App
 from spool_reporter._app import django_app
 from spool_reporter._consent import CI_VARIABLES
 
 REPO = Path(__file__).resolve().parent.parent
+PACKAGE_FROM_CHECKOUT = Path(spool_reporter.__file__).resolve().parent.parent == REPO
+"""True when the tests import the checkout (``python -m pytest``), false under nox (installed package)."""
 
 _STRIP_PREFIXES = ("DJANGO_", "SPOOL_REPORTER_", "XDG_")
 _STRIP = {*CI_VARIABLES, "DO_NOT_TRACK", "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "NO_PROXY",
@@ -34,6 +37,9 @@ def clean_environ(home: Path) -> dict[str, str]:
         XDG_CONFIG_DIRS=str(home / "etc-xdg"),
         PYTHONDONTWRITEBYTECODE="1",
     )
+    if PACKAGE_FROM_CHECKOUT:
+        # Developing without installing: let subprocesses import the same checkout.
+        env["PYTHONPATH"] = str(REPO)
     return env
 
 
