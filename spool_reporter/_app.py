@@ -81,8 +81,11 @@ class App:
         slug = _check(slug if slug is not None else name.lower(), _NAME_CHARS, "slug")
         set_(self, "slug", slug)
         set_(self, "config_name", _check(config_name or slug + "analytics", _NAME_CHARS, "config_name"))
-        set_(self, "env_prefix", _check(env_prefix or slug.upper().replace("-", "_").replace(".", "_"),
-                                        _PREFIX_CHARS, "env_prefix"))
+        set_(
+            self,
+            "env_prefix",
+            _check(env_prefix or slug.upper().replace("-", "_").replace(".", "_"), _PREFIX_CHARS, "env_prefix"),
+        )
         set_(self, "cli_name", cli_name)
         set_(self, "docs_url", docs_url)
 

@@ -183,7 +183,7 @@ def _quote(value: str) -> str:
     out = []
     for ch in value:
         code = ord(ch)
-        if ch == '"' or ch == "\\":
+        if ch in '"\\':
             out.append("\\" + ch)
         elif code < 0x20 or code > 0x7E:
             if code > 0xFFFF:
@@ -201,15 +201,30 @@ def iso_time(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
+_MIDDLE: dict[App, str] = {}
+
+
+def _middle(app: App) -> str:
+    # The fields that do not change within a process, serialised once.
+    cached = _MIDDLE.get(app)
+    if cached is None:
+        impl, pyver, family, release, arch = platform_facts()
+        q = _quote
+        cached = (
+            f'"app":{q(app.name)},"app_version":{q(app.version)},"python":{q(impl)},'
+            f'"python_version":{q(pyver)},"os":{q(family)},"os_release":{q(release)},"arch":{q(arch)},'
+            f'"user_agent":{q(user_agent(app))},'
+        )
+        _MIDDLE[app] = cached
+    return cached
+
+
 def build_line(app: App, event: str, client_id: str, now: float) -> bytes:
-    """One spool line (JSON object + newline) holding exactly :data:`FIELDS`."""
-    impl, pyver, family, release, arch = platform_facts()
+    """One spool line (JSON object + newline) holding exactly :data:`FIELDS`, in that order."""
     q = _quote
     return (
-        f'{{"schema":{SCHEMA_VERSION},"event_id":{q(uuid4())},"event":{q(event)},'
-        f'"app":{q(app.name)},"app_version":{q(app.version)},"python":{q(impl)},'
-        f'"python_version":{q(pyver)},"os":{q(family)},"os_release":{q(release)},"arch":{q(arch)},'
-        f'"user_agent":{q(user_agent(app))},"client_id":{q(client_id)},"time":{q(iso_time(now))}}}\n'
+        f'{{"schema":{SCHEMA_VERSION},"event_id":"{uuid4()}","event":{q(event)},{_middle(app)}'
+        f'"client_id":{q(client_id)},"time":"{iso_time(now)}"}}\n'
     ).encode("ascii")
 
 

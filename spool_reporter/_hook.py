@@ -13,6 +13,7 @@ Everything here runs inside the user's command, so (docs/how-it-works.md):
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 
@@ -73,7 +74,7 @@ def ensure_client_id(app: App, user: dict[str, str] | None, environ: Mapping[str
     fd = os.open(path, _CONFIG_WRITE_FLAGS, 0o600)
     try:
         st = os.fstat(fd)
-        if not _spool.stat.S_ISREG(st.st_mode) or st.st_size > _config.MAX_CONFIG_BYTES:
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _config.MAX_CONFIG_BYTES:
             return None
         if not _spool.take_lock(fd):
             return None

@@ -20,6 +20,9 @@ each excludes the other (``tests/test_lock_interop.py``). On Windows the hook lo
 segments exceed ``max_events`` or ``max_bytes``, the oldest segment is deleted and its line count added to
 ``cap=``. The spool therefore never holds more than the caps plus one active segment.
 
+**Never waiting.** If the lock stays busy for :data:`LOCK_WAIT_SECONDS`, the appender publishes its line
+as a one-line sealed segment instead (:func:`append_aside`): no wait beyond a few milliseconds, no loss.
+
 **Damage.** Every append writes one whole line with one ``write``; a short write (disk full) is truncated
 away; a file whose last byte is not a newline (a writer killed mid-line, a crash) gets a newline first, so a
 torn line costs that line only, and the reader skips and counts any line that is not a valid event.
@@ -29,6 +32,7 @@ Stdlib only: the append path runs inside the user's command.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import sys
@@ -59,6 +63,9 @@ HUGE_ACTIVE_BYTES: Final = 4 * SEGMENT_BYTES
 
 LOCK_WAIT_SECONDS: Final = 0.005
 """The hook gives up on a lock held this long (a flusher's claim is a rename: microseconds)."""
+
+MAX_ASIDE: Final = 1000
+"""At most this many one-line segments written beside a busy lock (see :func:`append_aside`)."""
 
 FILE_MODE: Final = 0o600
 DIR_MODE: Final = 0o700
@@ -241,7 +248,7 @@ def segment_name(lines: int, now_ns: int | None = None) -> str:
 
 # --- the OS lock (hook side; the cold path uses filelock on the same file) -------------------------------
 
-if _WINDOWS:  # pragma: no cover - Windows
+if sys.platform == "win32":  # pragma: no cover - Windows
     import msvcrt
 
     def _try_lock(fd: int) -> bool:
@@ -374,7 +381,7 @@ def append(folder: Folder, line: bytes, *, max_events: int = MAX_EVENTS, max_byt
     """
     lfd = lock_fd(folder)
     if lfd is None:
-        raise BlockingIOError("spool lock busy")
+        return append_aside(folder, line)
     try:
         fd = folder.open(ACTIVE_NAME, _APPEND_FLAGS)
         try:
@@ -407,6 +414,31 @@ def append(folder: Folder, line: bytes, *, max_events: int = MAX_EVENTS, max_byt
                 os.close(fd)
     finally:
         os.close(lfd)
+
+
+def append_aside(folder: Folder, line: bytes) -> int:
+    """Keep the event without the lock: publish it as a one-line sealed segment.
+
+    Used when the lock stays busy past :data:`LOCK_WAIT_SECONDS` (a preempted holder on a loaded machine, or
+    a process holding it forever): the command must not wait, and the event must not be lost. The line is
+    written to a private temporary name (``O_EXCL``) and renamed to a segment name in one step, so the
+    flusher never sees it half-written. Beyond :data:`MAX_ASIDE` such files the event is dropped.
+    Returns 0 (the active file was not touched).
+    """
+    names = folder.names()
+    if sum(1 for n in names if n.endswith("-1" + SEGMENT_SUFFIX)) >= MAX_ASIDE:
+        raise BlockingIOError("spool lock busy and too many aside segments")
+    tmp = f".aside-{os.getpid()}-{os.urandom(4).hex()}.tmp"
+    fd = folder.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY)
+    try:
+        written = os.write(fd, line)
+    finally:
+        os.close(fd)
+    if written != len(line):
+        folder.unlink(tmp)
+        raise OSError("short write")
+    folder.rename(tmp, segment_name(1))
+    return 0
 
 
 # --- reading (cold path) -------------------------------------------------------------------------------
@@ -465,10 +497,8 @@ def purge(folder: Folder) -> int:
         data = None
     if data:
         deleted += sum(1 for _ in iter_lines(data))
-    try:
+    with contextlib.suppress(FileNotFoundError):
         folder.unlink(ACTIVE_NAME)
-    except FileNotFoundError:
-        pass
     for name, count, _ in folder.segments():
         try:
             folder.unlink(name)

@@ -7,8 +7,9 @@ CI runs with ``CI=true``; tests of enabled reporting therefore build their envir
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
-from collections.abc import Iterator
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -23,8 +24,21 @@ PACKAGE_FROM_CHECKOUT = Path(spool_reporter.__file__).resolve().parent.parent ==
 """True when the tests import the checkout (``python -m pytest``), false under nox (installed package)."""
 
 _STRIP_PREFIXES = ("DJANGO_", "SPOOL_REPORTER_", "XDG_")
-_STRIP = {*CI_VARIABLES, "DO_NOT_TRACK", "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "NO_PROXY",
-          "no_proxy", "ALL_PROXY", "all_proxy", "RUN_MAIN", "PYTHONPATH", "MYTOOL_NO_ANALYTICS"}
+_STRIP = {
+    *CI_VARIABLES,
+    "DO_NOT_TRACK",
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "https_proxy",
+    "http_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "RUN_MAIN",
+    "PYTHONPATH",
+    "MYTOOL_NO_ANALYTICS",
+}
 
 
 def clean_environ(home: Path) -> dict[str, str]:
@@ -81,15 +95,15 @@ class Sandbox:
         if not folder.exists():
             return []
         lines: list[bytes] = []
-        for path in sorted(folder.glob("seg-*.jsonl")) + [folder / "spool.jsonl"]:
+        for path in [*sorted(folder.glob("seg-*.jsonl")), folder / "spool.jsonl"]:
             if path.exists():
                 lines.extend(line for line in path.read_bytes().split(b"\n") if line.strip())
         return lines
 
 
 @pytest.fixture
-def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
-    yield Sandbox(tmp_path)
+def sandbox(tmp_path: Path) -> Sandbox:
+    return Sandbox(tmp_path)
 
 
 @pytest.fixture
@@ -100,3 +114,23 @@ def app() -> App:
 @pytest.fixture
 def python() -> str:
     return sys.executable
+
+
+def run_py(
+    code: str, env: dict[str, str], *, timeout: float = 60, **kwargs: object
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` (dedented) in a fresh interpreter with ``env``; capture text output; bounded by ``timeout``."""
+    return subprocess.run(  # type: ignore[call-overload, no-any-return]
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        **kwargs,
+    )
+
+
+@pytest.fixture(name="run_py")
+def run_py_fixture() -> object:
+    return run_py

@@ -1,0 +1,62 @@
+"""The hook's directories equal platformdirs' answers, under every environment we can produce here."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import platformdirs
+import pytest
+
+from spool_reporter import _paths
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX layouts; Windows has its own CI")
+
+ENVIRONMENTS = [
+    pytest.param({}, id="defaults"),
+    pytest.param({"XDG_CONFIG_HOME": "/x/config", "XDG_STATE_HOME": "/x/state"}, id="xdg-absolute"),
+    pytest.param({"XDG_CONFIG_HOME": "relative/config", "XDG_STATE_HOME": "rel"}, id="xdg-relative-ignored"),
+    pytest.param({"XDG_CONFIG_HOME": "", "XDG_STATE_HOME": ""}, id="xdg-empty"),
+    pytest.param({"XDG_CONFIG_DIRS": "/etc/one:/etc/two"}, id="config-dirs-first"),
+    pytest.param({"XDG_CONFIG_DIRS": "relative:/etc/abs"}, id="config-dirs-skip-relative"),
+    pytest.param({"XDG_CONFIG_DIRS": ""}, id="config-dirs-empty"),
+    pytest.param({"HOME": "/home/someone"}, id="home"),
+    pytest.param({"HOME": "relative-home"}, id="home-relative"),
+]
+
+
+@pytest.fixture
+def patched_environ(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    saved = dict(os.environ)
+    for key in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CONFIG_DIRS"):
+        os.environ.pop(key, None)
+    os.environ.update(request.param)
+    try:
+        yield dict(os.environ)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.mark.parametrize("patched_environ", ENVIRONMENTS, indirect=True)
+def test_user_config_dir_matches_platformdirs(patched_environ: dict[str, str]) -> None:
+    assert _paths.user_config_dir() == platformdirs.user_config_dir()
+
+
+@pytest.mark.parametrize("patched_environ", ENVIRONMENTS, indirect=True)
+def test_site_config_dir_matches_platformdirs(patched_environ: dict[str, str]) -> None:
+    assert _paths.site_config_dir() == platformdirs.site_config_dir()
+
+
+@pytest.mark.parametrize("patched_environ", ENVIRONMENTS, indirect=True)
+def test_user_state_dir_matches_platformdirs(patched_environ: dict[str, str]) -> None:
+    expected = platformdirs.user_state_dir("spool_reporter", appauthor=False)
+    assert _paths.user_state_dir("spool_reporter") == expected
+
+
+def test_explicit_environ_is_used_instead_of_process_environ() -> None:
+    env = {"HOME": "/h", "XDG_CONFIG_HOME": "/c", "XDG_STATE_HOME": "/s", "XDG_CONFIG_DIRS": "/p"}
+    assert _paths.user_config_dir(env) == "/c"
+    assert _paths.user_state_dir("a", env) == "/s/a"
+    assert _paths.site_config_dir(env) == "/p"
