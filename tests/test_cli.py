@@ -1,0 +1,212 @@
+"""``django-spool`` run as a real subprocess: the installed console script under nox, else ``-m``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import PACKAGE_FROM_CHECKOUT
+from spool_reporter import App, __version__, record
+from spool_reporter._spool import Folder, read_counters
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from conftest import Sandbox
+
+
+def spool_command() -> list[str]:
+    script = Path(sys.executable).parent / ("django-spool.exe" if os.name == "nt" else "django-spool")
+    if script.exists():
+        return [str(script)]
+    assert PACKAGE_FROM_CHECKOUT, "the installed package must provide the django-spool console script"
+    return [sys.executable, "-m", "spool_reporter.cli"]
+
+
+def cli(sandbox: Sandbox, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*spool_command(), *args], env=env or sandbox.env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def queue(sandbox: Sandbox, app: App, n: int) -> None:
+    for _ in range(n):
+        assert record("startproject", app=app, environ=sandbox.env)
+
+
+def test_version(sandbox: Sandbox) -> None:
+    result = cli(sandbox, "--version")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == f"django-spool (spool_reporter) {__version__}\n"
+
+
+@pytest.mark.parametrize("command", [[], ["status"], ["enable"], ["disable"], ["flush"], ["purge"], ["reset-id"]])
+def test_help_for_every_command(sandbox: Sandbox, command: list[str]) -> None:
+    result = cli(sandbox, *command, "--help")
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: django-spool")
+    assert "exit status: 0 success, 1 failure, 2 usage error." in result.stdout
+
+
+@pytest.mark.parametrize("args", [[], ["frobnicate"], ["status", "--bogus"], ["flush", "--dry-run", "extra"]], ids=str)
+def test_bad_usage_exits_2_on_stderr(sandbox: Sandbox, args: list[str]) -> None:
+    result = cli(sandbox, *args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "usage: django-spool" in result.stderr
+
+
+def test_status_default_opt_out(sandbox: Sandbox, app: App) -> None:
+    result = cli(sandbox, "status", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["enabled"] is True
+    assert data["reason"] == "default"
+    assert data["mode"] == "opt-out"
+    assert data["queued"] == 0
+    assert data["endpoint"] is None
+    assert {"dropped", "last_flush", "next_retry"} <= set(data)
+    text = cli(sandbox, "status")
+    assert text.returncode == 0
+    assert text.stdout.startswith("reporting:     on - on by default (opt-out)")
+    # status writes nothing: no config, no spool folder
+    assert not sandbox.config_dir.exists()
+    assert not (sandbox.home / "state").exists()
+
+
+def test_status_counts_queue_and_drops(sandbox: Sandbox, app: App) -> None:
+    queue(sandbox, app, 3)
+    with Folder(str(sandbox.state_dir(app)), create=False) as folder:
+        from spool_reporter._spool import add_counter
+
+        add_counter(folder, "corrupt", 2)
+    data = json.loads(cli(sandbox, "status", "--json").stdout)
+    assert data["queued"] == 3
+    assert data["dropped"] == 2
+    assert data["oldest"].endswith("Z")
+    text = cli(sandbox, "status").stdout
+    assert "queued:        3 events, oldest" in text
+    assert "dropped:       2 (corrupt 2)" in text
+
+
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [({"DJANGO_NO_ANALYTICS": "1"}, "env:DJANGO_NO_ANALYTICS"), ({"CI": "true"}, "ci:CI")],
+)
+def test_status_names_the_rule(sandbox: Sandbox, env: dict[str, str], reason: str) -> None:
+    data = json.loads(cli(sandbox, "status", "--json", env={**sandbox.env, **env}).stdout)
+    assert (data["enabled"], data["reason"]) == (False, reason)
+
+
+def test_enable_is_an_explicit_yes_even_in_ci_and_opt_in(sandbox: Sandbox, app: App) -> None:
+    sandbox.write_policy(app, "default=off\n")
+    ci = {**sandbox.env, "CI": "true"}
+    assert json.loads(cli(sandbox, "status", "--json", env=ci).stdout)["enabled"] is False
+    result = cli(sandbox, "enable", env=ci)
+    assert result.returncode == 0, result.stderr
+    assert "Reporting is on" in result.stdout
+    data = json.loads(cli(sandbox, "status", "--json", env=ci).stdout)
+    assert (data["enabled"], data["reason"], data["mode"]) == (True, "user:enable", "opt-in")
+
+
+def test_enable_fails_when_something_stronger_says_no(sandbox: Sandbox, app: App) -> None:
+    sandbox.write_policy(app, "disable=1\n")
+    result = cli(sandbox, "enable")
+    assert result.returncode == 1
+    assert "Reporting stays off: the system policy turns reporting off" in result.stdout
+
+
+def test_disable_keeps_other_keys_and_deletes_the_queue(sandbox: Sandbox, app: App) -> None:
+    sandbox.write_user(app, "# my settings\nendpoint=http://127.0.0.1:9/v1/batch\ndisable=0\n")
+    queue(sandbox, app, 4)
+    before = sandbox.user_file(app).read_text()
+    client_id = next(line for line in before.splitlines() if line.startswith("client_id="))
+    result = cli(sandbox, "disable")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith("Reporting is off.\nDeleted 4 queued events.\n")
+    after = sandbox.user_file(app).read_text()
+    assert after == f"# my settings\nendpoint=http://127.0.0.1:9/v1/batch\ndisable=1\n{client_id}\n"
+    assert sandbox.spool_lines(app) == []
+    assert not record("startproject", app=app, environ=sandbox.env)
+    assert cli(sandbox, "enable").returncode == 0
+    assert "disable=0" in sandbox.user_file(app).read_text()
+
+
+def test_purge_reports_the_count(sandbox: Sandbox, app: App) -> None:
+    queue(sandbox, app, 5)
+    result = cli(sandbox, "purge")
+    assert (result.returncode, result.stdout) == (0, "Deleted 5 queued events.\n")
+    assert cli(sandbox, "purge").stdout == "Deleted 0 queued events.\n"
+
+
+def test_reset_id(sandbox: Sandbox, app: App) -> None:
+    queue(sandbox, app, 1)
+    old = sandbox.user_file(app).read_text()
+    result = cli(sandbox, "reset-id")
+    assert result.returncode == 0, result.stderr
+    new = sandbox.user_file(app).read_text()
+    assert new != old
+    assert new.count("client_id=") == 1
+    queue(sandbox, app, 1)
+    ids = [json.loads(line)["client_id"] for line in sandbox.spool_lines(app)]
+    assert ids[0] != ids[1]
+    assert f"client_id={ids[1]}" in new
+
+
+def test_unreadable_config_file(sandbox: Sandbox, app: App) -> None:
+    sandbox.write_user(app, "this line has no equals sign\n")
+    data = json.loads(cli(sandbox, "status", "--json").stdout)
+    assert (data["enabled"], data["reason"]) == (False, "user:unreadable")
+    result = cli(sandbox, "enable")
+    assert result.returncode == 1
+    assert "cannot be read safely" in result.stderr
+    assert sandbox.user_file(app).read_text() == "this line has no equals sign\n"  # never clobbered
+    result = cli(sandbox, "disable")
+    assert result.returncode == 1
+    assert "Deleted 0 queued events." in result.stdout
+
+
+def test_symlinked_config_is_not_written_through(sandbox: Sandbox, app: App, tmp_path: Path) -> None:
+    target = tmp_path / "dotfile"
+    target.write_text("disable=0\n")
+    sandbox.config_dir.mkdir(parents=True)
+    sandbox.user_file(app).symlink_to(target)
+    result = cli(sandbox, "disable")
+    assert result.returncode == 1
+    assert "symbolic link" in result.stderr
+    assert target.read_text() == "disable=0\n"
+
+
+def test_a_spool_locked_by_another_process(sandbox: Sandbox, app: App) -> None:
+    queue(sandbox, app, 2)
+    lock = sandbox.state_dir(app) / "spool.lock"
+    code = textwrap.dedent(
+        f"""
+        import fcntl, os, sys
+        fd = os.open({str(lock)!r}, os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        print("held", flush=True)
+        sys.stdin.read()
+        """
+    )
+    env = {**sandbox.env}
+    with subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as holder:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "held\n"
+        # status only reads: it does not wait for the lock
+        assert json.loads(cli(sandbox, "status", "--json", env=env).stdout)["queued"] == 2
+        purge = subprocess.Popen(
+            [*spool_command(), "purge"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        holder.communicate(input="", timeout=30)  # release: purge proceeds
+        out, err = purge.communicate(timeout=60)
+    assert (purge.returncode, out) == (0, "Deleted 2 queued events.\n"), err
+    with Folder(str(sandbox.state_dir(app)), create=False) as folder:
+        assert read_counters(folder) == {}
