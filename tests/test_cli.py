@@ -10,8 +10,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from conftest import PACKAGE_FROM_CHECKOUT
+
 from spool_reporter import App, __version__, record
 from spool_reporter._spool import Folder, read_counters
 
