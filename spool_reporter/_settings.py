@@ -1,0 +1,274 @@
+"""Where events go: the destination settings, read from the environment, the user file and the policy.
+
+Keys (``key=value`` in the user's config file, e.g. ``~/.config/djangoanalytics``, or in a distributor's
+system policy file):
+
+=================  =========================================================================================
+``endpoint``       the full URL batches are POSTed to; ``https://`` (plain ``http://`` only to a loopback host)
+``transport``      ``json`` (default: the self-hosted collector), ``ga4`` or ``ua``
+``measurement_id`` GA4 measurement id (``G-…``), with ``transport=ga4``
+``api_secret``     GA4 Measurement Protocol API secret, with ``transport=ga4``; never printed
+``tracking_id``    Universal Analytics property (``UA-…``), with ``transport=ua``
+=================  =========================================================================================
+
+``<P>_ANALYTICS_ENDPOINT`` and ``<P>_ANALYTICS_TRANSPORT`` override the files.
+
+**Precedence.** The endpoint comes from the environment, else the user file, else the policy. The other keys
+come *from the same place as the endpoint*: a user who points ``endpoint`` at their own collector does not
+silently inherit a distributor's ``api_secret`` (and send it there), and a policy's endpoint is used with
+the policy's credentials. When the endpoint comes from the environment, the other keys are looked up in the
+user file, then the policy. ``<P>_ANALYTICS_TRANSPORT`` always wins for ``transport``.
+
+An invalid setting is never "fixed up": it means *no destination*, with a reason that ``status`` prints, and
+events stay queued (bounded by the spool caps).
+
+This module also holds the flusher's tuning (:class:`Tuning`), whose environment variables exist so the
+tests can use sub-second deadlines and back-offs; they can only shorten the defaults, never lengthen them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import quote, urlsplit
+
+from . import _consent
+from ._app import App
+from .transports import NAMES
+
+__all__ = ["Destination", "Resolved", "Tuning", "is_loopback_host", "resolve", "tuning"]
+
+DEFAULT_TRANSPORT: Final = "json"
+"""The self-hosted collector: the only destination that provably stores no IP address."""
+
+MAX_URL_CHARS: Final = 2048
+"""An endpoint longer than this is a mistake (or an attempt to smuggle data in the URL)."""
+
+_KEYS: Final = ("transport", "measurement_id", "api_secret", "tracking_id")
+_ID_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Destination:
+    """A validated destination. Immutable; build it with :func:`resolve`."""
+
+    transport: str
+    """``json``, ``ga4`` or ``ua``."""
+    endpoint: str
+    """The URL requests are POSTed to (GA4 adds ``measurement_id`` and ``api_secret`` to its query)."""
+    source: str
+    """Where the endpoint came from: ``env:<VAR>``, ``user`` or ``policy``."""
+    measurement_id: str | None = None
+    api_secret: str | None = None
+    tracking_id: str | None = None
+
+    def __repr__(self) -> str:
+        # Never show the secret, not even in a traceback or a debugger.
+        return (
+            f"Destination(transport={self.transport!r}, endpoint={self.endpoint!r}, source={self.source!r}, "
+            f"measurement_id={self.measurement_id!r}, api_secret={'REDACTED' if self.api_secret else None!r}, "
+            f"tracking_id={self.tracking_id!r})"
+        )
+
+    def request_url(self) -> str:
+        """The URL of every request, secrets included (GA4's query carries the API secret)."""
+        if self.transport != "ga4":
+            return self.endpoint
+        sep = "&" if "?" in self.endpoint else "?"
+        return (
+            f"{self.endpoint}{sep}measurement_id={quote(self.measurement_id or '', safe='')}"
+            f"&api_secret={quote(self.api_secret or '', safe='')}"
+        )
+
+    def redacted_url(self) -> str:
+        """:meth:`request_url` with the API secret replaced by ``REDACTED``: safe to print and log."""
+        if self.transport != "ga4":
+            return self.endpoint
+        sep = "&" if "?" in self.endpoint else "?"
+        return f"{self.endpoint}{sep}measurement_id={quote(self.measurement_id or '', safe='')}&api_secret=REDACTED"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolved:
+    """The outcome of :func:`resolve`: a destination, or ``None`` and the reason why not."""
+
+    destination: Destination | None
+    reason: str
+    """Human wording: where the destination came from, or why there is none (for ``status``)."""
+
+
+def is_loopback_host(host: str) -> bool:
+    """``localhost``, 127.0.0.0/8 or ::1: the hosts plain ``http://`` may be used with."""
+    host = host.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_url(url: str) -> str | None:
+    """Why ``url`` is not acceptable, or ``None`` when it is."""
+    if len(url) > MAX_URL_CHARS or not url.isascii() or not url.isprintable() or " " in url:
+        return "the endpoint is not a plain ASCII URL"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        port = parts.port  # raises ValueError on a bad port
+    except ValueError:
+        return "the endpoint is not a valid URL"
+    del port
+    if parts.scheme not in ("https", "http"):
+        return "the endpoint must be an https:// URL"
+    if not host:
+        return "the endpoint has no host"
+    if parts.username is not None or parts.password is not None:
+        return "the endpoint must not carry a user name or password"
+    if parts.fragment:
+        return "the endpoint must not have a #fragment"
+    if parts.scheme == "http" and not is_loopback_host(host):
+        return "plain http:// is only allowed to a loopback host (127.0.0.1, ::1, localhost); use https://"
+    return None
+
+
+def _usable(values: dict[str, str] | None) -> dict[str, str]:
+    return {} if values is None or _config_broken(values) else values
+
+
+def _config_broken(values: dict[str, str]) -> bool:
+    from . import _config
+
+    return _config.is_broken(values)
+
+
+def resolve(
+    app: App,
+    environ: Mapping[str, str] | None = None,
+    *,
+    user: dict[str, str] | None = None,
+    policy: dict[str, str] | None = None,
+    read_files: bool = True,
+) -> Resolved:
+    """Find and validate the destination for ``app``.
+
+    Reads the user file and the policy unless ``read_files`` is false (then ``user`` and ``policy`` are the
+    already-read mappings, ``None`` meaning "no such file"). Never raises for bad settings.
+    """
+    env = os.environ if environ is None else environ
+    if read_files:
+        user, policy = _consent.read_inputs(app, env)
+    layers = (("user", _usable(user)), ("policy", _usable(policy)))
+    endpoint = env.get(app.env_endpoint, "").strip()
+    if endpoint:
+        source = "env:" + app.env_endpoint
+        values: dict[str, str] = {}
+        for _, layer in reversed(layers):  # policy first, then the user file overrides
+            values.update({k: layer[k] for k in _KEYS if layer.get(k)})
+    else:
+        for name, layer in layers:
+            if layer.get("endpoint", "").strip():
+                source = name
+                endpoint = layer["endpoint"].strip()
+                values = {k: layer[k] for k in _KEYS if layer.get(k)}
+                break
+        else:
+            return Resolved(destination=None, reason=f"no endpoint is configured (set endpoint= or {app.env_endpoint})")
+    transport = env.get(app.env_transport, "").strip() or values.get("transport", "").strip() or DEFAULT_TRANSPORT
+    transport = transport.lower()
+    where = f"{app.env_endpoint}" if source.startswith("env:") else f"the {source} config file"
+    if transport not in NAMES:
+        return Resolved(destination=None, reason=f"unknown transport {transport!r} (use {', '.join(NAMES)})")
+    problem = _check_url(endpoint)
+    if problem is not None:
+        return Resolved(destination=None, reason=f"{problem} (from {where})")
+    creds = {k: values.get(k, "").strip() for k in ("measurement_id", "api_secret", "tracking_id")}
+    for key, value in creds.items():
+        if value and (len(value) > 100 or not set(value) <= _ID_CHARS):
+            return Resolved(destination=None, reason=f"{key} has unexpected characters")
+    if transport == "ga4" and not (creds["measurement_id"] and creds["api_secret"]):
+        return Resolved(destination=None, reason="transport ga4 needs measurement_id and api_secret")
+    if transport == "ua" and not creds["tracking_id"]:
+        return Resolved(destination=None, reason="transport ua needs tracking_id")
+    destination = Destination(
+        transport=transport,
+        endpoint=endpoint,
+        source=source,
+        measurement_id=creds["measurement_id"] or None if transport == "ga4" else None,
+        api_secret=creds["api_secret"] or None if transport == "ga4" else None,
+        tracking_id=creds["tracking_id"] or None if transport == "ua" else None,
+    )
+    return Resolved(destination=destination, reason=f"{transport} to {destination.redacted_url()} (from {where})")
+
+
+# --- tuning --------------------------------------------------------------------------------------------
+
+DEADLINE: Final = 20.0
+"""Seconds a flusher run may take in all, DNS included (DESIGN constraint 4); a watchdog enforces it."""
+
+CONNECT_TIMEOUT: Final = 5.0
+"""Per-request TCP + TLS connect timeout: a healthy collector answers a SYN in well under a second."""
+
+READ_TIMEOUT: Final = 10.0
+"""Per-request inactivity timeout while reading the response (per recv, hence also the deadline)."""
+
+BACKOFF_BASE: Final = 60.0
+"""First retry delay after a failure; doubles with each consecutive failure."""
+
+BACKOFF_CAP: Final = 24 * 3600.0
+"""Longest back-off (and the clamp on Retry-After): an offline laptop tries about once a day at worst."""
+
+SPAWN_INTERVAL: Final = 300.0
+"""The hook starts a flusher at most this often (unless the spool is large or the command is long-lived):
+a flusher costs ~100 ms of CPU that competes with the user's next command (DESIGN constraint 5)."""
+
+SPAWN_THRESHOLD_BYTES: Final = 64 * 1024
+"""An active spool this large (~150 events) starts a flusher regardless of the interval."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tuning:
+    """The flusher's timing; :func:`tuning` reads it. All values in seconds."""
+
+    deadline: float = DEADLINE
+    connect_timeout: float = CONNECT_TIMEOUT
+    read_timeout: float = READ_TIMEOUT
+    backoff_base: float = BACKOFF_BASE
+    backoff_cap: float = BACKOFF_CAP
+
+
+TUNING_ENV: Final = {
+    "deadline": "SPOOL_REPORTER_FLUSH_DEADLINE",
+    "connect_timeout": "SPOOL_REPORTER_CONNECT_TIMEOUT",
+    "read_timeout": "SPOOL_REPORTER_READ_TIMEOUT",
+    "backoff_base": "SPOOL_REPORTER_BACKOFF_BASE",
+    "backoff_cap": "SPOOL_REPORTER_BACKOFF_CAP",
+}
+"""Environment variables that shorten the tuning (for tests); larger or malformed values are ignored."""
+
+_MINIMUM: Final = 0.05
+"""No tuning value goes below this: a zero timeout would mean "no timeout" to some layers."""
+
+
+def _shorter(environ: Mapping[str, str], name: str, default: float) -> float:
+    raw = environ.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        return default
+    if math.isnan(value):
+        return default
+    return min(default, max(_MINIMUM, value))
+
+
+def tuning(environ: Mapping[str, str] | None = None) -> Tuning:
+    """The flusher's timing, shortened by :data:`TUNING_ENV` variables when set."""
+    env = os.environ if environ is None else environ
+    base = Tuning()
+    return Tuning(**{key: _shorter(env, var, getattr(base, key)) for key, var in TUNING_ENV.items()})
