@@ -1,0 +1,989 @@
+"""The flusher: claim the spool, send it in batches, delete only what got a 2xx, back off on failure.
+
+Run detached by the hook (``python -m spool_reporter._flush --app django``, see :mod:`._spawn`) or in the
+foreground by ``django-spool flush`` (:func:`run`). docs/flusher.md explains the whole life of a flusher.
+
+**Public API for the command line** (stable; everything else in this module is private):
+
+* :func:`run` -- one flusher run; returns a :class:`FlushResult`.
+* :func:`plan` -- what a run would send, without writing, locking, creating or connecting anything
+  (``flush --dry-run``); returns a :class:`Plan` of :class:`PlannedRequest`.
+* :func:`read_state` -- the last run, the back-off and the log tail (``status``); returns a
+  :class:`FlushState`.
+
+**One deadline.** A run ends within :data:`~._settings.DEADLINE` seconds, whatever the network does: every
+request runs in a worker thread that the run abandons at the deadline (DNS look-ups and trickling servers
+included, which no socket timeout bounds), and a detached flusher also has a watchdog thread that calls
+:func:`os._exit` shortly after the deadline and, on POSIX, a ``SIGALRM`` whose default action ends the
+process even if the interpreter is stuck.
+
+**Delivery.** At least once: claim by rename under the spool lock, send sealed segments oldest first,
+delete a segment's events only after their batch got a 2xx (a partly sent segment is rewritten with the
+unsent lines, temporary file + rename, under the lock). 4xx other than 408/429 drop that batch (counted as
+``rejected``); timeouts, connection errors, 3xx, 408, 429 and 5xx keep everything and back off.
+
+Files this module writes in the spool folder (all ``0600``, opened with ``O_NOFOLLOW``): ``flusher.lock``,
+``flush.notbefore`` (mtime = back-off), ``state.json``, ``flush.log`` + ``flush.log.1`` (≤ 64 KiB together),
+and short-lived ``tmp-*`` files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from . import _consent, _hook, _settings, _spool
+from ._app import App
+from ._spawn import FLUSHER_LOCK_NAME, GATE_NAME
+from .transports import Batch, Event, Request, transport_for
+
+if TYPE_CHECKING:
+    import filelock
+    import urllib3
+
+__all__ = ["FlushResult", "FlushState", "Plan", "PlannedRequest", "main", "plan", "read_state", "run"]
+
+OUTCOMES: Final = frozenset({"delivered", "nothing", "disabled", "no-endpoint", "failed", "busy"})
+"""The values of :attr:`FlushResult.outcome`."""
+
+STATE_NAME: Final = "state.json"
+LOG_NAME: Final = "flush.log"
+LOG_OLD_NAME: Final = "flush.log.1"
+TMP_PREFIX: Final = "tmp-"
+
+LOG_FILE_BYTES: Final = 32 * 1024
+"""``flush.log`` is rotated to ``flush.log.1`` at this size: both together stay under 64 KiB."""
+
+LOG_TAIL_LINES: Final = 20
+"""Lines of the log :func:`read_state` returns."""
+
+MAX_RESPONSE_BYTES: Final = 4096
+"""Response bytes read at most (no content decoding): enough for the collector's answer or an error text."""
+
+SPOOL_LOCK_TIMEOUT: Final = 2.0
+"""Seconds to wait for ``spool.lock``: every holder keeps it for microseconds to milliseconds."""
+
+WATCHDOG_GRACE: Final = 2.0
+"""A detached flusher still alive this long after its deadline is ended by :func:`os._exit`."""
+
+ALARM_GRACE: Final = 5
+"""...and, on POSIX, by the default action of ``SIGALRM`` this long after it (the last resort)."""
+
+EXIT_DEADLINE: Final = 3
+"""Exit status of a flusher ended by its watchdog."""
+
+
+def _now() -> float:
+    """The wall clock, in one place so that tests can move it."""
+    return time.time()
+
+
+# --- public value objects ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlushResult:
+    """What one :func:`run` did."""
+
+    outcome: str
+    """``delivered`` (something was sent or rejected, nothing failed), ``nothing`` (empty spool),
+    ``disabled`` (reporting is off; see :attr:`purged`), ``no-endpoint`` (nowhere to send; see
+    :attr:`message`), ``failed`` (a request failed or the back-off is pending; events kept) or ``busy``
+    (another flusher is running, or the spool lock is held)."""
+    sent: int = 0
+    """Events the destination acknowledged with a 2xx and that left the spool."""
+    rejected: int = 0
+    """Events dropped as refused: a 4xx answer, or checked locally against the destination's limits."""
+    failed: int = 0
+    """Events of the batch whose request failed (kept for the next run)."""
+    remaining: int = 0
+    """Events still queued when the run ended."""
+    purged: int = 0
+    """Events deleted because reporting is off."""
+    message: str = ""
+    """One line for humans (no secrets)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannedRequest:
+    """One request :func:`plan` says would be sent (the URL with secrets redacted)."""
+
+    method: str
+    url_redacted: str
+    headers: Mapping[str, str]
+    body: bytes
+    event_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """What the next run would send; see :func:`plan`."""
+
+    events: list[dict[str, object]]
+    """The queued events, oldest first, each once."""
+    requests: list[PlannedRequest]
+    """The requests, batch by batch; empty when :attr:`reason` is set."""
+    reason: str | None = None
+    """Why nothing would be sent (reporting off, no endpoint), or ``None``."""
+    destination: str | None = None
+    """``<transport> to <redacted url>`` when a destination is configured."""
+    rejected: list[tuple[dict[str, object], str]] = field(default_factory=list)
+    """Events the destination's limits exclude, with the reason (they would be counted, not sent)."""
+    invalid: int = 0
+    """Spool lines that are not valid events (they would be counted as corrupt, never sent)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlushState:
+    """The flusher's record on disk, for ``status``; see :func:`read_state`."""
+
+    last_flush: float | None = None
+    """When the last run ended (seconds since the epoch)."""
+    last_result: str | None = None
+    """Its outcome (:attr:`FlushResult.outcome`)."""
+    last_error: str | None = None
+    """Its error, if it failed."""
+    next_retry: float | None = None
+    """The earliest time a background flusher will try again (the back-off), or ``None``."""
+    consecutive_failures: int = 0
+    log_tail: tuple[str, ...] = ()
+    """The last lines of the flusher's log, oldest first."""
+
+
+# --- files in the spool folder -------------------------------------------------------------------------
+
+_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+_O_NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
+_NEW_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
+_APPEND_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
+_TOUCH_FLAGS: Final = os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
+_READ_FLAGS: Final = os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
+
+
+def _write_new(folder: _spool.Folder, name: str, data: bytes) -> str:
+    """Write ``data`` to a fresh temporary file next to ``name``; returns the temporary name."""
+    tmp = f"{TMP_PREFIX}{os.getpid()}-{time.monotonic_ns()}-{name}"
+    fd = folder.open(tmp, _NEW_FLAGS, _spool.FILE_MODE)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        os.close(fd)
+        folder.unlink(tmp)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def _replace(folder: _spool.Folder, name: str, data: bytes) -> None:
+    """Atomically replace ``name`` with ``data`` (temporary file + rename)."""
+    tmp = _write_new(folder, name, data)
+    try:
+        folder.rename(tmp, name)
+    except BaseException:
+        folder.unlink(tmp)
+        raise
+
+
+def _touch(folder: _spool.Folder, name: str, when: float) -> None:
+    fd = folder.open(name, _TOUCH_FLAGS, _spool.FILE_MODE)
+    try:
+        if os.utime in os.supports_fd:
+            os.utime(fd, (when, when))
+        else:  # pragma: no cover - Windows
+            os.utime(os.path.join(folder.path, name), (when, when))
+    finally:
+        os.close(fd)
+
+
+def _read_small(folder: _spool.Folder, name: str, limit: int) -> bytes | None:
+    try:
+        return folder.read_bytes(name, limit)
+    except OSError:
+        return None
+
+
+def _load_state(folder: _spool.Folder) -> dict[str, object]:
+    data = _read_small(folder, STATE_NAME, 4096)
+    try:
+        state = json.loads(data) if data else {}
+    except ValueError:
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def _log(folder: _spool.Folder, line: str) -> None:
+    """Append one line to the bounded log (rotating at :data:`LOG_FILE_BYTES`). Never raises."""
+    data = (line.replace("\n", " ")[:500] + "\n").encode("ascii", "replace")
+    try:
+        try:
+            size = folder.lstat(LOG_NAME).st_size
+        except FileNotFoundError:
+            size = 0
+        if size + len(data) > LOG_FILE_BYTES:
+            folder.rename(LOG_NAME, LOG_OLD_NAME)
+        fd = folder.open(LOG_NAME, _APPEND_FLAGS, _spool.FILE_MODE)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+# --- HTTP ----------------------------------------------------------------------------------------------
+
+
+def _env_proxies(environ: Mapping[str, str]) -> dict[str, str]:
+    """``urllib.request.getproxies_environment`` for an explicit mapping (lower case wins, CGI-safe)."""
+    proxies: dict[str, str] = {}
+    for name, value in environ.items():
+        key = name.lower()
+        if value and key.endswith("_proxy"):
+            proxies[key[:-6]] = value
+    if "REQUEST_METHOD" in environ:
+        proxies.pop("http", None)  # httpoxy: a CGI request's Proxy: header must not become HTTP_PROXY
+    for name, value in environ.items():
+        if name.endswith("_proxy"):
+            key = name.lower()
+            if value:
+                proxies[key[:-6]] = value
+            else:
+                proxies.pop(key[:-6], None)
+    return proxies
+
+
+def proxy_for(url: str, environ: Mapping[str, str]) -> str | None:
+    """The proxy URL to reach ``url`` through (``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY``), or ``None``.
+
+    For the process's own environment this is :func:`urllib.request.getproxies` and
+    :func:`~urllib.request.proxy_bypass` (which also read the system settings on macOS and Windows).
+    """
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if environ is os.environ:
+        proxies = urllib.request.getproxies()
+        proxy = proxies.get(parts.scheme)
+        if not proxy or urllib.request.proxy_bypass(host):
+            return None
+        return proxy
+    proxies = _env_proxies(environ)
+    proxy = proxies.get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass_environment(host, proxies):  # type: ignore[attr-defined]
+        return None
+    return proxy
+
+
+def _pool(url: str, environ: Mapping[str, str]) -> urllib3.PoolManager:
+    """A connection pool that verifies certificates against the system's CAs and follows no redirect.
+
+    The trust store is OpenSSL's default (``SSL_CERT_FILE``/``SSL_CERT_DIR`` honoured, as by OpenSSL
+    itself, also when ``environ`` is an explicit mapping): no certifi bundle, and never ``CERT_NONE``.
+    """
+    import ssl
+
+    import urllib3
+
+    cafile = environ.get("SSL_CERT_FILE") or None
+    context = ssl.create_default_context(cafile=cafile)
+    context.check_hostname = True
+    context.verify_mode = ssl.CERT_REQUIRED
+    proxy = proxy_for(url, environ)
+    if proxy:
+        return urllib3.ProxyManager(
+            proxy,
+            num_pools=2,
+            maxsize=1,
+            proxy_ssl_context=context,
+            ssl_context=context,
+            cert_reqs="CERT_REQUIRED",
+            retries=False,
+        )
+    return urllib3.PoolManager(num_pools=2, maxsize=1, ssl_context=context, cert_reqs="CERT_REQUIRED", retries=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Answer:
+    """A response, or the error that replaced it."""
+
+    status: int | None = None
+    retry_after: float | None = None
+    body: bytes = b""
+    error: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """``ok`` (2xx), ``drop`` (4xx other than 408/429: the batch is refused for good) or ``retry``."""
+        if self.status is None:
+            return "retry"
+        if 200 <= self.status < 300:
+            return "ok"
+        if 400 <= self.status < 500 and self.status not in (408, 429):
+            return "drop"
+        return "retry"
+
+    def describe(self) -> str:
+        if self.status is None:
+            return self.error or "no answer"
+        text = f"HTTP {self.status}"
+        snippet = self.body[:120].decode("ascii", "replace").strip()
+        if snippet and self.kind != "ok":
+            text += f" {snippet!r}"
+        return text
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """``Retry-After`` (delay-seconds or an HTTP date) as seconds from ``now``; ``None`` if absent/invalid."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(int(value[:12]))
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+class _Sender:
+    """Sends one request at a time, each in a worker thread that the caller abandons at the deadline."""
+
+    def __init__(self, url: str, environ: Mapping[str, str], tune: _settings.Tuning, deadline: float) -> None:
+        self._url = url
+        self._environ = environ
+        self._tune = tune
+        self._deadline = deadline
+        self._pool: urllib3.PoolManager | None = None
+
+    def _exchange(self, request: Request, box: dict[str, object]) -> None:
+        import urllib3
+
+        if self._pool is None:
+            self._pool = _pool(self._url, self._environ)
+        left = max(0.05, self._deadline - time.monotonic())
+        timeout = urllib3.Timeout(
+            connect=min(self._tune.connect_timeout, left), read=min(self._tune.read_timeout, left)
+        )
+        response = self._pool.request(
+            request.method,
+            request.url,
+            body=request.body,
+            headers=dict(request.headers),
+            redirect=False,
+            retries=False,
+            preload_content=False,
+            decode_content=False,
+            timeout=timeout,
+        )
+        # The status line and headers are the answer; the body is read only for the log, and a server that
+        # trickles it cannot turn a 2xx into a failure (the caller reads `status` at the deadline).
+        box["status"] = response.status
+        box["retry_after"] = response.headers.get("Retry-After")
+        try:
+            box["body"] = response.read(MAX_RESPONSE_BYTES, decode_content=False)
+        finally:
+            if response.length_remaining == 0:
+                response.release_conn()
+            else:
+                response.close()  # never drain a huge or endless body
+
+    def send(self, request: Request) -> Answer:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            return Answer(error="deadline reached")
+        box: dict[str, object] = {}
+
+        def work() -> None:
+            try:
+                self._exchange(request, box)
+            except BaseException as exc:  # reported through box; a worker must never print a traceback
+                box["error"] = f"{type(exc).__name__}: {exc}"
+
+        worker = threading.Thread(target=work, name="spool_reporter-send", daemon=True)
+        worker.start()
+        worker.join(left)
+        status = box.get("status")
+        if not isinstance(status, int):
+            if worker.is_alive():
+                return Answer(error=f"no answer within the {self._tune.deadline:g}s deadline")
+            return Answer(error=str(box.get("error", "no answer")))
+        body = box.get("body")
+        raw_retry = box.get("retry_after")
+        return Answer(
+            status=status,
+            retry_after=parse_retry_after(raw_retry if isinstance(raw_retry, str) else None, _now()),
+            body=body if isinstance(body, bytes) else b"",
+        )
+
+
+# --- the run -------------------------------------------------------------------------------------------
+
+
+def _event_id(event: Event) -> str:
+    return str(event["event_id"])
+
+
+def backoff_delay(failures: int, retry_after: float | None, tune: _settings.Tuning) -> float:
+    """Seconds until the next try after ``failures`` consecutive failures (≥ 1).
+
+    Exponential (``base * 2**(failures-1)``, capped) with equal jitter (a random point in the upper half, so
+    that many laptops coming back online do not retry in step); a ``Retry-After`` is honoured (never retry
+    earlier than asked) and clamped to the cap.
+    """
+    delay = min(tune.backoff_cap, tune.backoff_base * 2.0 ** min(failures - 1, 40))
+    delay = random.uniform(delay / 2, delay)
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, tune.backoff_cap))
+    return delay
+
+
+class _Run:
+    def __init__(
+        self,
+        *,
+        app: App,
+        folder: _spool.Folder,
+        env: Mapping[str, str],
+        user: dict[str, str] | None,
+        destination: _settings.Destination,
+        tune: _settings.Tuning,
+        deadline: float,
+        progress: Callable[[int, int], None] | None,
+    ) -> None:
+        self.app = app
+        self.folder = folder
+        self.env = env
+        self.user = user
+        self.destination = destination
+        self.tune = tune
+        self.deadline = deadline
+        self.progress = progress
+        self.transport = transport_for(destination)
+        self.sender = _Sender(destination.request_url(), env, tune, deadline)
+        self.spool_lock = _file_lock(os.path.join(folder.path, _spool.LOCK_NAME), SPOOL_LOCK_TIMEOUT)
+        self.sent = 0
+        self.rejected = 0
+        self.failed = 0
+        self.sent_ids: set[str] = set()
+
+    def secretless(self, text: str) -> str:
+        secret = self.destination.api_secret
+        return text.replace(secret, "REDACTED") if secret else text
+
+    def claim(self) -> list[tuple[str, int, int]]:
+        """Seal the active file and enforce the caps, under the spool lock; the sealed segments, oldest first."""
+        with self.spool_lock:
+            for name in self.folder.names():
+                if name.startswith(TMP_PREFIX):  # left by a killed flusher: only one runs at a time
+                    with contextlib.suppress(OSError):
+                        self.folder.unlink(name)
+            _spool.seal_active(self.folder)
+            _spool.enforce_caps(
+                self.folder,
+                _hook._int_setting(self.user, "max_events", _spool.MAX_EVENTS),
+                _hook._int_setting(self.user, "max_bytes", _spool.MAX_BYTES),
+            )
+            return self.folder.segments()
+
+    def settle(self, name: str, events: Sequence[Event], done: set[str], bad: int, rejected: int) -> None:
+        """Under the lock: drop the done events (and bad lines) from segment ``name``, count what was lost."""
+        keep = [e for e in events if _event_id(e) not in done]
+        with self.spool_lock:
+            try:
+                self.folder.lstat(name)
+            except FileNotFoundError:
+                # The caps (or a purge) removed it meanwhile and counted its lines already.
+                _spool.add_counter(self.folder, "rejected", rejected)
+                return
+            if not keep:
+                self.folder.unlink(name)
+            elif len(keep) < len(events) or bad:
+                data = b"".join(
+                    json.dumps(e, separators=(",", ":"), ensure_ascii=True).encode("ascii") + b"\n" for e in keep
+                )
+                prefix = name[: -len(_spool.SEGMENT_SUFFIX)].rsplit("-", 2)[0]  # keeps its place in the order
+                new = f"{prefix}-{os.getpid()}-{len(keep)}{_spool.SEGMENT_SUFFIX}"
+                tmp = _write_new(self.folder, new, data)
+                self.folder.rename(tmp, new)
+                if new != name:
+                    self.folder.unlink(name)
+            _spool.add_counter(self.folder, "rejected", rejected)
+            _spool.add_counter(self.folder, "corrupt", bad)
+
+    def send_segment(self, name: str, size: int, total: int, done_before: int) -> tuple[Answer | None, int]:
+        """Send one segment batch by batch. Returns the failed answer (or ``None``) and the events handled."""
+        try:
+            data = self.folder.read_bytes(name, _spool.HUGE_ACTIVE_BYTES + 1)
+        except FileNotFoundError:
+            return None, 0
+        except OSError:
+            data = None
+        if data is None or len(data) > _spool.HUGE_ACTIVE_BYTES:
+            # Not a segment we sealed (a planted link or file): it never leaves the machine.
+            with self.spool_lock:
+                with contextlib.suppress(OSError):
+                    self.folder.unlink(name)
+                _spool.add_counter(self.folder, "corrupt", _spool.segment_count(name) or 1)
+            return None, 0
+        events, bad = _spool.parse_lines(data)
+        done = {_event_id(e) for e in events if _event_id(e) in self.sent_ids}  # duplicates of this run
+        prepared = self.transport.prepare([e for e in events if _event_id(e) not in done], now=_now())
+        rejected = 0
+        for event, reason in prepared.rejected:
+            done.add(_event_id(event))
+            rejected += 1
+            self.rejected += 1
+            _log(self.folder, f"{_iso(_now())} pid={os.getpid()} rejected {_event_id(event)}: {reason}")
+        failure: Answer | None = None
+        handled = len(done)
+        for batch in prepared.batches:
+            answer = self.sender.send(batch.request)
+            ids = {_event_id(e) for e in batch.events}
+            if answer.kind == "ok":
+                self.sent += len(ids - self.sent_ids)
+                self.sent_ids |= ids
+                done |= ids
+            elif answer.kind == "drop":
+                done |= ids
+                rejected += len(ids)
+                self.rejected += len(ids)
+                _log(
+                    self.folder,
+                    self.secretless(
+                        f"{_iso(_now())} pid={os.getpid()} batch of {len(ids)} refused: {answer.describe()}"
+                    ),
+                )
+            else:
+                self.failed += len(ids)
+                failure = answer
+                break
+            handled += len(ids)
+            if self.progress is not None:
+                self.progress(done_before + handled, total)
+        self.settle(name, events, done, bad, rejected)
+        return failure, handled
+
+    def send_all(self, segments: list[tuple[str, int, int]]) -> Answer | None:
+        total = sum(count for _, count, _ in segments)
+        done = 0
+        for name, _count, size in segments:
+            failure, handled = self.send_segment(name, size, total, done)
+            done += handled
+            if failure is not None:
+                return failure
+        return None
+
+
+def _file_lock(path: str, timeout: float) -> filelock.BaseFileLock:
+    import filelock
+
+    return filelock.FileLock(path, mode=_spool.FILE_MODE, timeout=timeout)
+
+
+def _record(
+    folder: _spool.Folder,
+    *,
+    outcome: str,
+    error: str | None,
+    retry_after: float | None,
+    tune: _settings.Tuning,
+    sent: int,
+) -> float | None:
+    """Write ``state.json`` and the back-off gate after a run; returns the next retry time on failure."""
+    state = _load_state(folder)
+    now = _now()
+    failures = state.get("consecutive_failures")
+    failures = failures if isinstance(failures, int) and failures >= 0 else 0
+    next_retry: float | None = None
+    if outcome == "failed":
+        failures += 1
+        next_retry = now + backoff_delay(failures, retry_after, tune)
+    else:
+        failures = 0
+    new = {
+        "last_flush": now,
+        "last_result": outcome,
+        "last_error": error,
+        "last_sent": sent,
+        "consecutive_failures": failures,
+        "next_retry": next_retry,
+    }
+    try:
+        _replace(folder, STATE_NAME, json.dumps(new, sort_keys=True).encode("ascii") + b"\n")
+        _touch(folder, GATE_NAME, next_retry if next_retry is not None else now)
+    except OSError:
+        pass
+    return next_retry
+
+
+def _purge(path: str) -> int:
+    try:
+        folder = _spool.Folder(path, create=False)
+    except (FileNotFoundError, NotADirectoryError, _spool.SpoolError):
+        return 0
+    with folder, _file_lock(os.path.join(path, _spool.LOCK_NAME), SPOOL_LOCK_TIMEOUT):
+        return _spool.purge(folder)
+
+
+def run(
+    app: App,
+    *,
+    foreground: bool,
+    environ: Mapping[str, str] | None = None,
+    ignore_backoff: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> FlushResult:
+    """One flusher run: check consent, claim the spool, send it, record the outcome. Never raises for network
+    or spool trouble (the result says what happened); bounded by the deadline.
+
+    :param app: whose spool to send.
+    :param foreground: the command line's ``flush``: wait (bounded) for a running flusher to finish instead
+        of giving up at once. A background run (the detached process) never waits.
+    :param environ: the environment to read switches, destination and proxies from (default: ``os.environ``).
+    :param ignore_backoff: send even if the back-off has not expired (``flush`` does).
+    :param progress: called as ``progress(handled, total)`` after each batch, in the calling thread.
+    """
+    env = os.environ if environ is None else environ
+    tune = _settings.tuning(env)
+    path = _hook.state_dir(app, env)
+    user, policy = _consent.read_inputs(app, env)
+    decision = _consent.decide(app, env, user, policy)
+    if not decision.enabled:
+        purged = _purge(path) if decision.hard_off else 0
+        return FlushResult(
+            outcome="disabled",
+            purged=purged,
+            message=f"reporting is off: {_consent.explain(decision.reason)}"
+            + (f"; deleted {purged} queued events" if purged else ""),
+        )
+    resolved = _settings.resolve(app, env, user=user, policy=policy, read_files=False)
+    try:
+        folder = _spool.Folder(path, create=False)
+    except FileNotFoundError:
+        if resolved.destination is None:
+            return FlushResult(outcome="no-endpoint", message=resolved.reason)
+        return FlushResult(outcome="nothing", message="nothing is queued")
+    with folder:
+        if resolved.destination is None:
+            return FlushResult(outcome="no-endpoint", remaining=_spool.count_queued(folder), message=resolved.reason)
+        import filelock
+
+        wait = tune.deadline + WATCHDOG_GRACE + 1 if foreground else 0
+        flusher_lock = filelock.FileLock(
+            os.path.join(path, FLUSHER_LOCK_NAME), mode=_spool.FILE_MODE, timeout=wait, blocking=foreground
+        )
+        try:
+            flusher_lock.acquire()
+        except filelock.Timeout:
+            return FlushResult(outcome="busy", message="another flusher is running")
+        try:
+            deadline = time.monotonic() + tune.deadline
+            return _run_locked(
+                app=app,
+                folder=folder,
+                env=env,
+                user=user,
+                destination=resolved.destination,
+                tune=tune,
+                deadline=deadline,
+                ignore_backoff=ignore_backoff,
+                progress=progress,
+            )
+        finally:
+            flusher_lock.release()
+
+
+def _run_locked(
+    *,
+    app: App,
+    folder: _spool.Folder,
+    env: Mapping[str, str],
+    user: dict[str, str] | None,
+    destination: _settings.Destination,
+    tune: _settings.Tuning,
+    deadline: float,
+    ignore_backoff: bool,
+    progress: Callable[[int, int], None] | None,
+) -> FlushResult:
+    import filelock
+
+    if not ignore_backoff:
+        try:
+            gate = folder.lstat(GATE_NAME).st_mtime
+        except OSError:
+            gate = 0.0
+        if gate > _now():
+            return FlushResult(
+                outcome="failed",
+                remaining=_spool.count_queued(folder),
+                message=f"backing off until {_iso(gate)}",
+            )
+    job = _Run(
+        app=app,
+        folder=folder,
+        env=env,
+        user=user,
+        destination=destination,
+        tune=tune,
+        deadline=deadline,
+        progress=progress,
+    )
+    try:
+        segments = job.claim()
+    except filelock.Timeout:
+        return FlushResult(outcome="busy", remaining=_spool.count_queued(folder), message="the spool lock is busy")
+    if not segments:
+        _record(folder, outcome="nothing", error=None, retry_after=None, tune=tune, sent=0)
+        return FlushResult(outcome="nothing", message="nothing is queued")
+    try:
+        failure = job.send_all(segments)
+    except filelock.Timeout:
+        failure = Answer(error="the spool lock is busy")
+    remaining = _spool.count_queued(folder)
+    pid = os.getpid()
+    if failure is not None:
+        error = job.secretless(failure.describe())
+        retry = _record(
+            folder, outcome="failed", error=error, retry_after=failure.retry_after, tune=tune, sent=job.sent
+        )
+        when = f"; next try after {_iso(retry)}" if retry is not None else ""
+        message = f"sent {job.sent}, kept {remaining}: {error}{when}"
+        _log(folder, f"{_iso(_now())} pid={pid} failed: {message}")
+        return FlushResult(
+            outcome="failed",
+            sent=job.sent,
+            rejected=job.rejected,
+            failed=job.failed,
+            remaining=remaining,
+            message=message,
+        )
+    _record(folder, outcome="delivered", error=None, retry_after=None, tune=tune, sent=job.sent)
+    message = f"sent {job.sent} events to {destination.redacted_url()}" + (
+        f", {job.rejected} rejected" if job.rejected else ""
+    )
+    _log(folder, f"{_iso(_now())} pid={pid} delivered: {message}")
+    return FlushResult(outcome="delivered", sent=job.sent, rejected=job.rejected, remaining=remaining, message=message)
+
+
+# --- read-only views -----------------------------------------------------------------------------------
+
+
+def _read_only_files(path: str) -> list[bytes]:
+    """The spool's files, oldest first, read without creating, locking or changing anything."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return []
+    if not stat.S_ISDIR(st.st_mode):
+        return []
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return []
+    ordered = sorted(n for n in names if _spool.segment_count(n) is not None)
+    if _spool.ACTIVE_NAME in names:
+        ordered.append(_spool.ACTIVE_NAME)
+    found: list[bytes] = []
+    for name in ordered:
+        try:
+            fd = os.open(os.path.join(path, name), _READ_FLAGS)
+        except OSError:
+            continue
+        try:
+            fst = os.fstat(fd)
+            if not stat.S_ISREG(fst.st_mode) or fst.st_size > _spool.HUGE_ACTIVE_BYTES:
+                continue
+            chunks = []
+            while True:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            found.append(b"".join(chunks))
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return found
+
+
+def plan(app: App, *, environ: Mapping[str, str] | None = None) -> Plan:
+    """What a run would send now, batch by batch, for ``flush --dry-run``.
+
+    Reads the spool without writing, locking, creating or connecting anything (the spool folder may not
+    exist). A line being appended while this reads may be skipped (and counted in :attr:`Plan.invalid`).
+    """
+    env = os.environ if environ is None else environ
+    events: list[dict[str, object]] = []
+    invalid = 0
+    seen: set[str] = set()
+    for data in _read_only_files(_hook.state_dir(app, env)):
+        parsed, bad = _spool.parse_lines(data)
+        invalid += bad
+        for event in parsed:
+            if _event_id(event) not in seen:  # a killed flusher can leave a resent copy behind
+                seen.add(_event_id(event))
+                events.append(event)
+    user, policy = _consent.read_inputs(app, env)
+    decision = _consent.decide(app, env, user, policy)
+    if not decision.enabled:
+        what = "queued events would be deleted" if decision.hard_off else "nothing would be sent"
+        return Plan(
+            events=events,
+            requests=[],
+            reason=f"reporting is off ({_consent.explain(decision.reason)}); {what}",
+            invalid=invalid,
+        )
+    resolved = _settings.resolve(app, env, user=user, policy=policy, read_files=False)
+    if resolved.destination is None:
+        return Plan(events=events, requests=[], reason=resolved.reason, invalid=invalid)
+    prepared = transport_for(resolved.destination).prepare(events, now=_now())
+    return Plan(
+        events=events,
+        requests=[_planned(batch) for batch in prepared.batches],
+        destination=resolved.reason,
+        rejected=[(dict(e), reason) for e, reason in prepared.rejected],
+        invalid=invalid,
+    )
+
+
+def _planned(batch: Batch) -> PlannedRequest:
+    r = batch.request
+    return PlannedRequest(
+        method=r.method,
+        url_redacted=r.url_redacted,
+        headers=dict(r.headers),
+        body=r.body,
+        event_ids=tuple(_event_id(e) for e in batch.events),
+    )
+
+
+def read_state(app: App, *, environ: Mapping[str, str] | None = None) -> FlushState:
+    """The flusher's record for ``status``: last run, back-off and log tail. Reads only; never raises."""
+    path = _hook.state_dir(app, environ)
+
+    def read(name: str, limit: int) -> bytes:
+        try:
+            fd = os.open(os.path.join(path, name), _READ_FLAGS)
+        except OSError:
+            return b""
+        try:
+            return os.read(fd, limit)
+        except OSError:
+            return b""
+        finally:
+            os.close(fd)
+
+    try:
+        state = json.loads(read(STATE_NAME, 4096) or b"{}")
+    except ValueError:
+        state = {}
+    if not isinstance(state, dict):
+        state = {}
+    log = read(LOG_OLD_NAME, LOG_FILE_BYTES) + read(LOG_NAME, LOG_FILE_BYTES)
+    tail = tuple(line for line in log.decode("ascii", "replace").splitlines() if line.strip())[-LOG_TAIL_LINES:]
+
+    def num(key: str) -> float | None:
+        value = state.get(key)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    def text(key: str) -> str | None:
+        value = state.get(key)
+        return value[:500] if isinstance(value, str) else None
+
+    failures = state.get("consecutive_failures")
+    return FlushState(
+        last_flush=num("last_flush"),
+        last_result=text("last_result"),
+        last_error=text("last_error"),
+        next_retry=num("next_retry"),
+        consecutive_failures=failures if isinstance(failures, int) and failures >= 0 else 0,
+        log_tail=tail,
+    )
+
+
+# --- the detached process ------------------------------------------------------------------------------
+
+
+def _lower_priority() -> None:
+    """Lowest CPU priority; on Linux the I/O priority follows the nice value when no I/O class is set."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.nice(19)
+
+
+def _arm_watchdog(seconds: float) -> None:
+    """End the process :data:`WATCHDOG_GRACE` after ``seconds`` whatever it is doing (DNS, a stuck lock)."""
+
+    def bite() -> None:
+        time.sleep(seconds + WATCHDOG_GRACE)
+        os._exit(EXIT_DEADLINE)
+
+    threading.Thread(target=bite, name="spool_reporter-watchdog", daemon=True).start()
+    if hasattr(os, "fork"):
+        import signal
+
+        # SIG_DFL for SIGALRM terminates the process in the kernel: the last resort if the interpreter hangs.
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(int(seconds + WATCHDOG_GRACE) + ALARM_GRACE)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m spool_reporter._flush --app django``: one detached run; the exit status is for tests."""
+    import argparse
+
+    _lower_priority()
+    parser = argparse.ArgumentParser(prog="python -m spool_reporter._flush")
+    parser.add_argument("--app", required=True, help="the application's slug (its spool folder)")
+    parser.add_argument("--name", help="the application's name (default: from the slug)")
+    parser.add_argument("--config-name", help="its config/policy file name")
+    parser.add_argument("--env-prefix", help="its environment variable prefix")
+    args = parser.parse_args(argv)
+    _arm_watchdog(_settings.tuning().deadline)
+    if args.app == "django" and not (args.name or args.config_name or args.env_prefix):
+        from ._app import django_app
+
+        app = django_app()
+    else:
+        app = App(
+            name=args.name or args.app,
+            version="0",
+            slug=args.app,
+            config_name=args.config_name,
+            env_prefix=args.env_prefix,
+        )
+    try:
+        result = run(app, foreground=False)
+    except Exception:
+        return 1
+    return 0 if result.outcome in ("delivered", "nothing", "disabled", "no-endpoint", "busy") else 2
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    # A worker may still sit in getaddrinfo(); do not wait for the interpreter to tear down around it.
+    os._exit(code)
