@@ -140,7 +140,7 @@ def record_event(
         )
         from . import _spawn
 
-        _spawn.maybe_spawn(app, folder, size, long_lived=long_lived)
+        _spawn.maybe_spawn(app, folder, size, long_lived=long_lived, environ=env, user=user, policy=policy)
     return True
 
 
