@@ -62,7 +62,7 @@ def test_explicit_environ_is_used_instead_of_process_environ() -> None:
 
 
 def test_relative_home_is_treated_as_unset() -> None:
-    # platformdirs >= 4.4 (what current releases do) asks the password database; older ones used HOME as-is.
+    # platformdirs 4.14 asks the password database, as we do; 4.12 (the newest for Python 3.10) used HOME as-is.
     import pwd
 
     expected = pwd.getpwuid(os.getuid()).pw_dir
