@@ -409,6 +409,11 @@ class _Sender:
             else:
                 response.close()  # never drain a huge or endless body
 
+    def close(self) -> None:
+        """Close idle connections (a request abandoned at the deadline keeps its own until the process ends)."""
+        if self._pool is not None:
+            self._pool.clear()
+
     def send(self, request: Request) -> Answer:
         left = self._deadline - time.monotonic()
         if left <= 0:
@@ -761,6 +766,8 @@ def _run_locked(
         failure = job.send_all(segments)
     except filelock.Timeout:
         failure = Answer(error="the spool lock is busy")
+    finally:
+        job.sender.close()
     remaining = _spool.count_queued(folder)
     pid = os.getpid()
     if failure is not None:
