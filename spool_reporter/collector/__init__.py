@@ -1,0 +1,79 @@
+"""The self-hosted collector: receives the ``json`` transport's batches and stores no IP address.
+
+Public API (everything else in this package is private)::
+
+    make_app(db_path, *, forward=None) -> Collector        # the WSGI application
+    serve(db_path, *, host="127.0.0.1", port=0, forward=None) -> CollectorServer   # embedded server, bound
+    stats(db_path, *, app="Django") -> Stats                # distinct developers per ISO week
+    render_html(stats) -> str                               # the self-contained HTML report
+    GA4Forwarder(measurement_id=..., api_secret=...)        # optional server-side forwarding to GA4
+
+A demo or a test starts one on a free loopback port and reads the numbers at the end::
+
+    with serve(tmp / "events.sqlite3") as server:   # listening; served from a daemon thread
+        ...                                          # clients post to server.url
+    print(stats(tmp / "events.sqlite3").as_dict())
+
+The wire format: ``POST /v1/batch`` with ``Content-Type: application/json`` and the body
+``{"schema": 1, "events": [...]}`` (at most :data:`MAX_EVENTS` events, :data:`MAX_BODY_BYTES` bytes), each
+event exactly the allowlisted fields. Answers ``200 {"accepted": n, "duplicates": m}``; ``400`` with a short
+reason for invalid input; ``413`` for a body over the cap; ``411`` without a length; ``415`` for another
+content type or a content encoding; ``503`` with ``Retry-After`` when the database stays locked.
+``GET /v1/health`` answers ``{"ok": true}``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ._forward import GA4Forwarder
+from ._report import render_html
+from ._server import CollectorServer
+from ._stats import Stats, Week
+from ._stats import compute as stats
+from ._store import CollectorError, Store
+from ._wire import MAX_BODY_BYTES, MAX_EVENTS
+from ._wsgi import BATCH_PATH, Collector, Counters
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._wsgi import Forwarder
+
+__all__ = [
+    "BATCH_PATH",
+    "MAX_BODY_BYTES",
+    "MAX_EVENTS",
+    "Collector",
+    "CollectorError",
+    "CollectorServer",
+    "Counters",
+    "GA4Forwarder",
+    "Stats",
+    "Week",
+    "make_app",
+    "render_html",
+    "serve",
+    "stats",
+]
+
+
+def make_app(db_path: str | os.PathLike[str], *, forward: Forwarder | None = None) -> Collector:
+    """The collector as a WSGI application storing into the SQLite file ``db_path`` (created if missing).
+
+    :param forward: an optional forwarder (:class:`GA4Forwarder`) that receives every newly stored event.
+    """
+    return Collector(Store(db_path), forward=forward)
+
+
+def serve(
+    db_path: str | os.PathLike[str],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    forward: Forwarder | None = None,
+) -> CollectorServer:
+    """A bound embedded server for :func:`make_app` (``port=0``: a free port, see ``.port`` and ``.url``).
+
+    Call ``.serve_forever()`` or ``.start()`` (a daemon thread), and ``.stop()``; or use ``with``.
+    """
+    return CollectorServer(make_app(db_path, forward=forward), host=host, port=port)

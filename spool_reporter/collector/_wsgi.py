@@ -1,0 +1,217 @@
+"""The WSGI application: ``POST /v1/batch`` in, ``{"accepted": n, "duplicates": m}`` out.
+
+It reads nothing from the request but the method, the path, ``Content-Type``, ``Content-Length``,
+``Content-Encoding`` and the body. Request headers, ``REMOTE_ADDR`` and the proxy headers that carry a
+client address (``X-Forwarded-For``, ``Forwarded``) are never read, stored or logged; the application
+logs nothing per request at all.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+
+from ._store import Store
+from ._wire import MAX_BODY_BYTES, BadRequest, parse_batch
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Any, Final, Protocol
+
+    StartResponse = Callable[..., Any]
+    Environ = dict[str, Any]
+
+    class Forwarder(Protocol):
+        """Something that takes newly stored events and sends them on without blocking the request."""
+
+        def submit(self, rows: list[tuple[str, ...]]) -> bool: ...
+
+        def close(self, timeout: float = ...) -> None: ...
+
+
+BATCH_PATH: Final = "/v1/batch"
+HEALTH_PATH: Final = "/v1/health"
+
+DRAIN_LIMIT: Final = 4 * MAX_BODY_BYTES
+"""An oversized body up to this size is read and discarded before the 413, so that the client, still
+sending, gets the answer instead of a connection reset; a larger one is answered at once."""
+
+_CHUNK: Final = 64 * 1024
+_LOG: Final = logging.getLogger("spool_reporter.collector")
+# Do not log anything about a request here: no address, no header, no body.
+
+_REASONS: Final = {
+    200: "200 OK",
+    400: "400 Bad Request",
+    404: "404 Not Found",
+    405: "405 Method Not Allowed",
+    411: "411 Length Required",
+    413: "413 Content Too Large",
+    415: "415 Unsupported Media Type",
+    500: "500 Internal Server Error",
+    503: "503 Service Unavailable",
+}
+
+
+class Counters:
+    """What this process's collector has seen since it started (for tests, the benchmark and the demo)."""
+
+    __slots__ = ("_lock", "accepted", "duplicates", "forward_dropped", "rejected", "requests")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests = 0
+        """Requests answered, whatever the status."""
+        self.accepted = 0
+        """Events stored for the first time."""
+        self.duplicates = 0
+        """Events whose id was already stored (or repeated within a batch)."""
+        self.rejected = 0
+        """Requests answered 4xx."""
+        self.forward_dropped = 0
+        """New events the forwarder's full queue refused."""
+
+    def add(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self, name, getattr(self, name) + delta)
+
+    def as_dict(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "requests": self.requests,
+                "accepted": self.accepted,
+                "duplicates": self.duplicates,
+                "rejected": self.rejected,
+                "forward_dropped": self.forward_dropped,
+            }
+
+
+class _Refusal(Exception):
+    def __init__(self, status: int, reason: str, headers: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.headers = headers or []
+
+
+def _read_body(environ: Environ) -> bytes:
+    stream = environ.get("wsgi.input")
+    length_text = str(environ.get("CONTENT_LENGTH") or "").strip()
+    if stream is None:
+        raise _Refusal(400, "no body")
+    if not length_text:
+        # Without a length we may only read to the end when the server says the stream ends
+        # (gunicorn and uWSGI do for chunked bodies); wsgiref's stream would block on a keep-alive socket.
+        if not environ.get("wsgi.input_terminated"):
+            raise _Refusal(411, "Content-Length required")
+        length = None
+    else:
+        if not length_text.isdigit() or len(length_text) > 18:
+            raise _Refusal(400, "bad Content-Length")
+        length = int(length_text)
+        if length > MAX_BODY_BYTES:
+            if length <= DRAIN_LIMIT:
+                _drain(stream, length)
+            raise _Refusal(413, f"body larger than {MAX_BODY_BYTES} bytes")
+    # Enforced while reading too: never hold more than the cap plus one chunk.
+    budget = MAX_BODY_BYTES + 1 if length is None else length
+    parts: list[bytes] = []
+    got = 0
+    while got < budget:
+        chunk = stream.read(min(_CHUNK, budget - got))
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    if got > MAX_BODY_BYTES:
+        raise _Refusal(413, f"body larger than {MAX_BODY_BYTES} bytes")
+    if length is not None and got != length:
+        raise _Refusal(400, "body shorter than Content-Length")
+    return b"".join(parts)
+
+
+def _drain(stream: Any, length: int) -> None:
+    left = length
+    try:
+        while left > 0:
+            chunk = stream.read(min(_CHUNK, left))
+            if not chunk:
+                return
+            left -= len(chunk)
+    except OSError:  # the client gave up, or the socket timed out: the answer is the same
+        return
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json"
+
+
+class Collector:
+    """The WSGI application (a callable ``app(environ, start_response)``); build it with :func:`make_app`.
+
+    :ivar store: the :class:`~spool_reporter.collector._store.Store` it writes to.
+    :ivar counters: what it has seen since it started (:class:`Counters`).
+    """
+
+    def __init__(self, store: Store, *, forward: Forwarder | None = None) -> None:
+        self.store = store
+        self.forward = forward
+        self.counters = Counters()
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        try:
+            status, body, content_type, extra = self._handle(environ)
+        except sqlite3.OperationalError:  # the database stayed locked beyond busy_timeout: come back later
+            status, body, content_type, extra = 503, b"busy\n", "text/plain; charset=utf-8", [("Retry-After", "5")]
+        except Exception as exc:  # never a traceback with request data in a server's error log
+            _LOG.error("collector: internal error (%s)", type(exc).__name__)
+            status, body, content_type, extra = 500, b"internal error\n", "text/plain; charset=utf-8", []
+        self.counters.add(requests=1, rejected=int(400 <= status < 500))
+        headers = [
+            ("Content-Type", content_type),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-store"),
+            *extra,
+        ]
+        start_response(_REASONS[status], headers)
+        return [body]
+
+    def _handle(self, environ: Environ) -> tuple[int, bytes, str, list[tuple[str, str]]]:
+        path = str(environ.get("PATH_INFO") or "/")
+        method = str(environ.get("REQUEST_METHOD") or "GET").upper()
+        try:
+            if path == BATCH_PATH:
+                if method != "POST":
+                    raise _Refusal(405, "use POST", [("Allow", "POST")])
+                return self._batch(environ)
+            if path == HEALTH_PATH:
+                if method != "GET":
+                    raise _Refusal(405, "use GET", [("Allow", "GET")])
+                return 200, b'{"ok": true}', "application/json", []
+            raise _Refusal(404, "not found")
+        except _Refusal as refusal:
+            text = (refusal.reason + "\n").encode("utf-8", "backslashreplace")
+            return refusal.status, text, "text/plain; charset=utf-8", refusal.headers
+        except BadRequest as exc:
+            return 400, (str(exc) + "\n").encode("utf-8", "backslashreplace"), "text/plain; charset=utf-8", []
+
+    def _batch(self, environ: Environ) -> tuple[int, bytes, str, list[tuple[str, str]]]:
+        encoding = str(environ.get("HTTP_CONTENT_ENCODING") or "identity").strip().lower()
+        if encoding != "identity":
+            raise _Refusal(415, "Content-Encoding not supported")
+        if not _is_json(str(environ.get("CONTENT_TYPE") or "")):
+            raise _Refusal(415, "Content-Type must be application/json")
+        rows = parse_batch(_read_body(environ))
+        forward = self.forward
+        added, new = self.store.insert(rows, want_new=forward is not None)
+        dropped = 0
+        if forward is not None and new and not forward.submit(list(new)):
+            dropped = len(new)
+        self.counters.add(accepted=added, duplicates=len(rows) - added, forward_dropped=dropped)
+        answer = json.dumps({"accepted": added, "duplicates": len(rows) - added}).encode("ascii")
+        return 200, answer, "application/json", []

@@ -1,0 +1,684 @@
+"""The self-hosted collector in one process: wire format, store, statistics, report, forwarding, and a
+real embedded server on a loopback port (in a thread). ``test_collector_processes.py`` runs it as a real
+subprocess with concurrent client processes."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import http.client
+import http.server
+import io
+import json
+import logging
+import socket
+import threading
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import urllib3
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spool_reporter._event import FIELDS, validate
+from spool_reporter.collector import (
+    MAX_BODY_BYTES,
+    MAX_EVENTS,
+    CollectorError,
+    CollectorServer,
+    GA4Forwarder,
+    make_app,
+    render_html,
+    serve,
+    stats,
+)
+from spool_reporter.collector._store import Store, iso_week
+from spool_reporter.collector._wire import BadRequest, parse_batch
+
+# -- helpers (also imported by test_collector_processes.py) -------------------------------------------------
+
+PROBE_UA = "PrivacyProbe/7.3 (collector-test; ua-3b9e1c)"
+"""A request User-Agent header that must never reach the database or the logs."""
+MARKER = "marker-5f0d2a7c-header-value"
+"""A value sent in an unrelated request header that must never reach the database or the logs."""
+FORWARDED_FOR = "203.0.113.77"
+"""A documentation address sent as X-Forwarded-For: it must not be stored either."""
+
+
+def det_uuid4(*parts: object) -> str:
+    """A deterministic, valid uuid4 from ``parts`` (so tests can plan which ids repeat)."""
+    b = bytearray(hashlib.sha256(repr(parts).encode()).digest()[:16])
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def event(
+    *,
+    event_id: str | None = None,
+    client: object = "dev",
+    when: str = "2026-12-03T08:15:48Z",
+    name: str = "startproject",
+    app: str = "Django",
+    app_version: str = "5.2",
+    python: str = "CPython",
+    python_version: str = "3.11",
+    os_name: str = "Linux",
+    arch: str = "x86_64",
+) -> dict[str, object]:
+    """One valid event with exactly the allowlisted fields."""
+    obj: dict[str, object] = {
+        "schema": 1,
+        "event_id": event_id or det_uuid4("event", client, when, name, time.perf_counter_ns()),
+        "event": name,
+        "app": app,
+        "app_version": app_version,
+        "python": python,
+        "python_version": python_version,
+        "os": os_name,
+        "os_release": "6.1",
+        "arch": arch,
+        "user_agent": f"{app}/{app_version} {python}/{python_version} ({os_name}; {arch})",
+        "client_id": det_uuid4("client", client),
+        "time": when,
+    }
+    assert list(obj) == list(FIELDS)
+    assert validate(dict(obj)) is not None
+    return obj
+
+
+def batch(events: list[dict[str, object]]) -> bytes:
+    return json.dumps({"schema": 1, "events": events}).encode()
+
+
+HTTP = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=5, read=20))
+
+
+def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    response = HTTP.request("POST", url, body=body, headers={"Content-Type": "application/json", **(headers or {})})
+    return response.status, response.data
+
+
+def probe_headers() -> dict[str, str]:
+    return {"User-Agent": PROBE_UA, "X-Probe": MARKER, "X-Forwarded-For": FORWARDED_FOR}
+
+
+def db_bytes(db: Path) -> bytes:
+    """The database file and its WAL/shared-memory files, as they are on disk now."""
+    return b"".join(p.read_bytes() for p in (db, Path(f"{db}-wal"), Path(f"{db}-shm")) if p.exists())
+
+
+def assert_private(data: bytes) -> None:
+    for secret in ("127.0.0.1", PROBE_UA, MARKER, FORWARDED_FOR, "PrivacyProbe"):
+        assert secret.encode() not in data, secret
+
+
+def wait_for(predicate: object, *, timeout: float = 10.0) -> None:
+    """Poll ``predicate()`` until true, for at most ``timeout`` seconds (bounded in time and count)."""
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / 0.01) + 1):
+        if predicate():  # type: ignore[operator]
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    raise AssertionError("condition not reached in time")
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "collector.sqlite3"
+
+
+@pytest.fixture
+def server(db: Path) -> Iterator[CollectorServer]:
+    srv = serve(db).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+# -- the wire format ----------------------------------------------------------------------------------------
+
+
+def test_parse_accepts_a_valid_batch() -> None:
+    events = [event(client=i) for i in range(3)]
+    rows = parse_batch(batch(events))
+    assert [r[0] for r in rows] == [e["event_id"] for e in events]
+    assert rows[0][-1] == "2026-W49"
+    assert "user_agent" not in str(rows)  # dropped: derivable, and free text
+    assert all(e["user_agent"] not in r for e in events for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        pytest.param(b"", "not JSON", id="empty"),
+        pytest.param(b"\xff\xfe", "not JSON", id="not-utf8"),
+        pytest.param(b"[1, 2]", "not a JSON object", id="list"),
+        pytest.param(b'{"schema": 1}', "exactly the keys", id="no-events"),
+        pytest.param(b'{"schema": 2, "events": []}', "unsupported schema", id="schema-2"),
+        pytest.param(b'{"schema": true, "events": []}', "unsupported schema", id="schema-true"),
+        pytest.param(b'{"schema": 1, "events": {}}', "not a list", id="events-object"),
+        pytest.param(b'{"schema": 1, "events": [], "ip": "1.2.3.4"}', "exactly the keys", id="extra-key"),
+        pytest.param(b'{"schema": 1, "schema": 1, "events": []}', "duplicate key", id="duplicate-key"),
+        pytest.param(b'{"schema": NaN, "events": []}', "not JSON", id="nan"),
+        pytest.param(b"[" * 100_000, "not JSON", id="deep"),
+    ],
+)
+def test_parse_refuses_garbage(body: bytes, reason: str) -> None:
+    with pytest.raises(BadRequest, match=reason):
+        parse_batch(body)
+
+
+def test_parse_refuses_bad_events() -> None:
+    good = event()
+    cases = {
+        "unknown field 'remote_addr'": {**good, "remote_addr": "127.0.0.1"},
+        "missing field 'time'": {k: v for k, v in good.items() if k != "time"},
+        "invalid": {**good, "event_id": "not-a-uuid"},
+    }
+    for reason, bad in cases.items():
+        with pytest.raises(BadRequest, match=f"event 1: {reason}"):
+            parse_batch(batch([good, bad]))
+    for when in (
+        "2026-02-30T00:00:00Z",
+        "2026-12-03T24:00:00Z",
+        "2026-12-03 08:15:48Z",
+        "\uff12\uff10\uff126-12-03T08:15:48Z",
+    ):
+        with pytest.raises(BadRequest, match="event 0: invalid"):
+            parse_batch(batch([{**good, "time": when}]))
+    with pytest.raises(BadRequest, match="event 0: invalid"):
+        parse_batch(batch([{**good, "schema": True}]))
+    with pytest.raises(BadRequest, match="too many events"):
+        parse_batch(batch([good] * (MAX_EVENTS + 1)))
+
+
+@pytest.mark.parametrize(
+    ("when", "week"),
+    [
+        ("2026-12-03T08:15:48Z", "2026-W49"),
+        ("2026-12-31T23:59:59Z", "2026-W53"),
+        ("2027-01-03T12:00:00Z", "2026-W53"),  # a Sunday: still the last ISO week of 2026
+        ("2027-01-04T00:00:00Z", "2027-W01"),
+        ("2024-12-30T00:00:00Z", "2025-W01"),  # a Monday that belongs to the next ISO year
+        ("2016-12-31T23:59:60Z", "2016-W52"),  # a leap second
+    ],
+)
+def test_iso_week(when: str, week: str) -> None:
+    assert iso_week(when) == week
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_fuzz_parse_bytes(body: bytes) -> None:
+    with contextlib.suppress(BadRequest):
+        parse_batch(body)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON)
+def test_fuzz_parse_json(doc: object) -> None:
+    try:
+        rows = parse_batch(json.dumps(doc).encode())
+    except BadRequest:
+        return
+    assert rows == []  # the only valid document hypothesis can build here is an empty batch
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(FIELDS), _JSON | st.text(max_size=120))
+def test_fuzz_one_field(field: str, value: object) -> None:
+    bad = {**event(), field: value}
+    try:
+        rows = parse_batch(batch([bad]))
+    except BadRequest:
+        return
+    assert len(rows) == 1
+    assert validate(bad) is not None
+
+
+def _call(app: object, method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[str, bytes]:
+    environ = {
+        "REQUEST_METHOD": method,
+        "PATH_INFO": path,
+        "wsgi.input": io.BytesIO(body),
+        "REMOTE_ADDR": "127.0.0.1",
+        **headers,
+    }
+    seen: list[str] = []
+    out = b"".join(app(environ, lambda status, hdrs: seen.append(status)))  # type: ignore[operator]
+    return seen[0], out
+
+
+@pytest.fixture(scope="module")
+def fuzz_app(tmp_path_factory: pytest.TempPathFactory) -> object:
+    return make_app(tmp_path_factory.mktemp("fuzz") / "c.sqlite3")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    method=st.sampled_from(["POST", "GET", "PUT", "HEAD", "DELETE", "post"]),
+    path=st.sampled_from(["/v1/batch", "/", "/v1/batch/", "/mp/collect", "/v1/health"]) | st.text(max_size=10),
+    content_type=st.sampled_from(["application/json", "application/json; charset=utf-8", "text/plain", ""]),
+    length=st.none() | st.sampled_from(["", "-1", "abc", "99999999999999999999", "0"]) | st.integers(0, 10**9).map(str),
+    encoding=st.none() | st.sampled_from(["gzip", "identity"]),
+    body=st.binary(max_size=300),
+)
+def test_fuzz_wsgi_app(
+    fuzz_app: object, method: str, path: str, content_type: str, length: str | None, encoding: str | None, body: bytes
+) -> None:
+    headers = {"CONTENT_TYPE": content_type}
+    headers["CONTENT_LENGTH"] = str(len(body)) if length is None else length
+    if encoding:
+        headers["HTTP_CONTENT_ENCODING"] = encoding
+    status, out = _call(fuzz_app, method, path, body, headers)
+    code = int(status.split()[0])
+    assert 400 <= code < 500 or (code == 200 and path in ("/v1/batch", "/v1/health")), (status, out)
+
+
+def test_wsgi_without_length(tmp_path: Path) -> None:
+    app = make_app(tmp_path / "c.sqlite3")
+    body = batch([event()])
+    status, _ = _call(app, "POST", "/v1/batch", body, {"CONTENT_TYPE": "application/json"})
+    assert status.startswith("411")
+    # A server that delimits the stream itself (gunicorn, chunked) may omit the length; the cap still holds.
+    headers = {"CONTENT_TYPE": "application/json", "wsgi.input_terminated": True}
+    status, out = _call(app, "POST", "/v1/batch", body, headers)  # type: ignore[arg-type]
+    assert status.startswith("200"), out
+    status, out = _call(app, "POST", "/v1/batch", b" " * (MAX_BODY_BYTES + 10), headers)  # type: ignore[arg-type]
+    assert status.startswith("413"), out
+
+
+def test_wsgi_module_from_environ(tmp_path: Path) -> None:
+    from spool_reporter.collector import wsgi
+
+    with pytest.raises(CollectorError):
+        wsgi.from_environ({})
+    app = wsgi.from_environ({wsgi.DB_VARIABLE: str(tmp_path / "c.sqlite3")})
+    assert app.forward is None
+    status, _ = _call(app, "GET", "/v1/health", b"", {})
+    assert status.startswith("200")
+
+
+# -- the store ----------------------------------------------------------------------------------------------
+
+
+def test_store_deduplicates_and_reports_new_rows(db: Path) -> None:
+    store = Store(db)
+    rows = parse_batch(batch([event(client=i) for i in range(5)]))
+    assert store.insert(rows)[0] == 5
+    added, new = store.insert([*rows[:2], *parse_batch(batch([event(client="x")])) * 2], want_new=True)
+    assert added == 1
+    assert len(new) == 1
+    assert new[0][9] == det_uuid4("client", "x")
+    assert store.count() == (6, 6)
+    store.close()
+    assert Store(db, create=False).count() == (6, 6)
+
+
+def test_store_refuses_to_create_for_reading(tmp_path: Path) -> None:
+    with pytest.raises(CollectorError, match="no collector database"):
+        stats(tmp_path / "missing.sqlite3")
+    assert not (tmp_path / "missing.sqlite3").exists()
+    (tmp_path / "junk.sqlite3").write_bytes(b"not a database" * 100)
+    with pytest.raises(CollectorError, match="cannot read"):
+        stats(tmp_path / "junk.sqlite3")
+
+
+def test_store_is_wal(db: Path) -> None:
+    store = Store(db)
+    with store.connection() as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+# -- statistics and the report ------------------------------------------------------------------------------
+
+
+def _populate(db: Path) -> None:
+    store = Store(db)
+    events = [
+        # 2026-W49: alice (5.2, 3.11, Linux) twice, bob (4.2, 3.12, macOS) once
+        event(client="alice", when="2026-11-30T09:00:00Z"),
+        event(client="alice", when="2026-12-06T23:59:59Z", name="runserver"),
+        event(client="bob", when="2026-12-02T10:00:00Z", app_version="4.2", python_version="3.12", os_name="macOS"),
+        # 2026-W50: alice upgraded mid-week (counted under both versions), carol on PyPy/Windows
+        event(client="alice", when="2026-12-07T00:00:00Z"),
+        event(client="alice", when="2026-12-09T00:00:00Z", app_version="6.0"),
+        event(client="carol", when="2026-12-10T00:00:00Z", python="PyPy", python_version="3.10", os_name="Windows"),
+        # 2027-W01, after an empty 2026-W51..W53
+        event(client="dave", when="2027-01-05T12:00:00Z", name="startapp"),
+        # another application in the same database is not mixed in
+        event(client="erin", when="2026-12-03T00:00:00Z", app="MyTool", app_version="1.4"),
+    ]
+    assert store.insert(parse_batch(batch(events)))[0] == len(events)
+    store.close()
+
+
+def test_stats_over_weeks(db: Path) -> None:
+    _populate(db)
+    result = stats(db)
+    doc = result.as_dict()
+    assert doc["developers"] == 4
+    assert doc["events"] == 7
+    weeks = {w["week"]: w for w in doc["weeks"]}  # type: ignore[attr-defined]
+    assert list(weeks) == ["2026-W49", "2026-W50", "2027-W01"]
+    w49, w50, w01 = weeks["2026-W49"], weeks["2026-W50"], weeks["2027-W01"]
+    assert (w49["developers"], w49["events"]) == (2, 3)
+    assert w49["by_django"] == {"4.2": 1, "5.2": 1}
+    assert w49["by_python"] == {"CPython 3.11": 1, "CPython 3.12": 1}
+    assert w49["by_os"] == {"Linux": 1, "macOS": 1}
+    assert w49["by_event"] == {"startproject": 2, "runserver": 1}
+    assert (w50["developers"], w50["events"]) == (2, 3)
+    assert w50["by_django"] == {"5.2": 2, "6.0": 1}  # alice under both versions, and carol
+    assert w50["by_python"] == {"CPython 3.11": 1, "PyPy 3.10": 1}
+    assert w50["by_os"] == {"Linux": 1, "Windows": 1}
+    assert (w01["developers"], w01["by_event"]) == (1, {"startapp": 1})
+    other = stats(db, app="MyTool").as_dict()
+    assert other["developers"] == 1
+    assert other["weeks"][0]["by_django"] == {"1.4": 1}
+    assert stats(db, app="Nothing").as_dict() == {"app": "Nothing", "developers": 0, "events": 0, "weeks": []}
+
+
+def test_html_report(db: Path) -> None:
+    _populate(db)
+    store = Store(db)
+    hostile = event(client="mallory", when="2026-12-08T00:00:00Z", os_name='<script>alert("x")</script>&')
+    store.insert(parse_batch(batch([hostile])))
+    store.close()
+    result = stats(db)
+    page = render_html(result, generated=datetime.datetime(2027, 1, 6, tzinfo=datetime.timezone.utc))
+    root = ET.fromstring(page)  # well-formed (it is also valid HTML5)
+    ns = "{http://www.w3.org/2000/svg}"
+    svg = root.find(f".//{ns}svg")
+    assert svg is not None
+    bars = svg.findall(f"{ns}rect")
+    # 2026-W49 .. 2027-W01 is six weeks; the three without events are drawn as empty bars
+    titles = [bar.findtext(f"{ns}title") for bar in bars]
+    assert titles == [
+        "2026-W49: 2 developers",
+        "2026-W50: 3 developers",
+        "2026-W51: 0 developers",
+        "2026-W52: 0 developers",
+        "2026-W53: 0 developers",
+        "2027-W01: 1 developer",
+    ]
+    text = "".join(root.itertext())
+    assert "5 developers in all" in " ".join(text.split()).replace("5developers", "5 developers")
+    assert '<script>alert("x")</script>&: 1' in text  # shown as text ...
+    assert "<script" not in page  # ... never as markup
+    assert "&lt;script&gt;" in page
+    # self-contained: nothing loads from elsewhere
+    for needle in ("src=", "href=", "@import", "url("):
+        assert needle not in page
+    assert page.count("http") == page.count("http://www.w3.org/2000/svg") + page.count("http-equiv")
+
+
+def test_html_report_empty(db: Path) -> None:
+    Store(db).close()
+    page = render_html(stats(db))
+    ET.fromstring(page)
+    assert "No events" in page
+
+
+# -- a real server on a loopback port -----------------------------------------------------------------------
+
+
+def test_server_accepts_and_deduplicates(server: CollectorServer, db: Path) -> None:
+    assert server.url == f"http://127.0.0.1:{server.port}/v1/batch"
+    events = [event(client=i % 7) for i in range(MAX_EVENTS)]
+    body = batch(events)
+    assert post(server.url, body) == (200, b'{"accepted": 500, "duplicates": 0}')
+    assert post(server.url, body) == (200, b'{"accepted": 0, "duplicates": 500}')
+    half = batch(events[:250] + [event(client="new") for _ in range(3)])
+    status, answer = post(server.url, half)
+    assert (status, json.loads(answer)) == (200, {"accepted": 3, "duplicates": 250})
+    assert post(server.url, batch([])) == (200, b'{"accepted": 0, "duplicates": 0}')
+    assert server.app.counters.as_dict() == {
+        "requests": 4, "accepted": 503, "duplicates": 750, "rejected": 0, "forward_dropped": 0,
+    }  # fmt: skip
+    assert server.app.store.count() == (503, 8)
+
+
+def test_server_refuses_invalid_input(server: CollectorServer) -> None:
+    url = server.url
+    assert post(url, b"{nope")[0] == 400
+    status, reason = post(url, batch([{**event(), "ip": "1.2.3.4"}]))
+    assert (status, reason) == (400, b"event 0: unknown field 'ip'\n")
+    assert post(url, batch([event()] * (MAX_EVENTS + 1)))[0] == 400
+    assert post(url, b'{"schema": 1, "events": []}', {"Content-Type": "text/plain"})[0] == 415
+    assert post(url, b'{"schema": 1, "events": []}', {"Content-Encoding": "gzip"})[0] == 415
+    status, reason = post(url, b"[" + b" " * MAX_BODY_BYTES + b"]")
+    assert status == 413
+    assert b"larger than" in reason
+    response = HTTP.request("GET", url)
+    assert (response.status, response.headers["Allow"]) == (405, "POST")
+    assert HTTP.request("GET", url.replace("/v1/batch", "/")).status == 404
+    assert HTTP.request("POST", url.replace("/v1/batch", "/v1/batchx"), body=b"{}").status == 404
+    assert HTTP.request("GET", url.replace("/v1/batch", "/v1/health")).data == b'{"ok": true}'
+    assert server.app.store.count() == (0, 0)
+
+
+def _raw(server: CollectorServer, data: bytes, *, shutdown: bool = False) -> bytes:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(data)
+        if shutdown:
+            sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        for _ in range(1000):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def test_server_checks_length_before_reading(server: CollectorServer) -> None:
+    # Declares 10 MB and sends none of it: the answer comes at once, without waiting for the body.
+    started = time.monotonic()
+    answer = _raw(server, b"POST /v1/batch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: 10000000\r\n\r\n")  # fmt: skip
+    assert answer.startswith(b"HTTP/1.0 413 ")
+    assert time.monotonic() - started < 5
+    # A body shorter than its length (the client hung up) is refused, not half-parsed.
+    answer = _raw(server, b"POST /v1/batch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: 100\r\n\r\n{\"schema\"", shutdown=True)  # fmt: skip
+    assert answer.startswith(b"HTTP/1.0 400 ")
+    assert _raw(server, b"POST /v1/batch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\r\n").startswith(
+        b"HTTP/1.0 411 "
+    )
+    assert _raw(server, b"\x16\x03\x01 garbage, perhaps TLS\r\n\r\n").startswith(b"HTTP/1.0 400 ")
+
+
+def test_server_with_concurrent_threads(server: CollectorServer) -> None:
+    # 8 threads x 6 batches x 50 events; every event id is sent by two threads.
+    threads, batches, size = 8, 6, 50
+    results: list[tuple[int, int]] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def work(t: int) -> None:
+        try:
+            for b in range(batches):
+                events = [event(event_id=det_uuid4("conc", t // 2, b, i), client=(t // 2, i % 5)) for i in range(size)]
+                status, answer = post(server.url, batch(events))
+                assert status == 200
+                doc = json.loads(answer)
+                with lock:
+                    results.append((doc["accepted"], doc["duplicates"]))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    assert not errors
+    assert len(results) == threads * batches
+    distinct = threads // 2 * batches * size
+    assert sum(a for a, _ in results) == distinct
+    assert sum(d for _, d in results) == threads * batches * size - distinct
+    assert server.app.store.count() == (distinct, threads // 2 * 5)
+
+
+def test_server_stores_and_logs_no_address_or_header(
+    server: CollectorServer, db: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    events = [event(client=i) for i in range(20)]
+    assert post(server.url, batch(events), probe_headers())[0] == 200
+    assert post(server.url, batch(events), probe_headers())[0] == 200
+    assert post(server.url, b"garbage", probe_headers())[0] == 400
+    assert HTTP.request("GET", server.url, headers=probe_headers()).status == 405
+    _raw(server, f"BROKEN {MARKER}\r\nUser-Agent: {PROBE_UA}\r\n\r\n".encode())
+    _raw(server, b"POST /v1/batch HTTP/1.1\r\nContent-Length: 50\r\n\r\n{", shutdown=True)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:  # hang up mid-request
+        sock.sendall(b"POST /v1/batch HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 900\r\n\r\n{")
+    assert HTTP.request("GET", server.url.replace("/v1/batch", "/v1/health")).status == 200
+    assert_private(db_bytes(db))  # while running: the WAL holds the recent writes
+    server.stop()
+    assert_private(db_bytes(db))
+    out, err = capfd.readouterr()
+    assert_private((out + err).encode())
+    server_side = [r.getMessage() for r in caplog.records if not r.name.startswith("urllib3")]  # the test's client
+    assert_private("\n".join(server_side).encode())
+    assert err == ""  # no access log at all
+
+
+def test_server_handle_error_prints_no_address(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    srv = serve(db)
+    try:
+        try:
+            raise ConnectionResetError("peer went away")
+        except ConnectionResetError:
+            srv._httpd.handle_error(None, ("127.0.0.1", 54321))
+    finally:
+        srv.stop()
+    assert capsys.readouterr().err == ""
+
+
+# -- forwarding to GA4 (a loopback fake, never Google) -----------------------------------------------------
+
+
+class _FakeGA4(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, dict[str, object]]] = []
+        self.headers_seen: list[str] = []
+        self.status = 204
+        super().__init__(("127.0.0.1", 0), _FakeGA4Handler)
+
+
+class _FakeGA4Handler(http.server.BaseHTTPRequestHandler):
+    server: _FakeGA4
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.headers_seen.append(str(self.headers))
+        self.server.received.append((self.path, json.loads(body)))
+        self.send_response(self.server.status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_ga4() -> Iterator[_FakeGA4]:
+    fake = _FakeGA4()
+    thread = threading.Thread(target=fake.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        fake.shutdown()
+        fake.server_close()
+        thread.join(5)
+
+
+NOW = 1796300000.0  # 2026-12-03T12:53:20Z
+
+
+def test_forward_to_ga4(db: Path, fake_ga4: _FakeGA4) -> None:
+    endpoint = f"http://127.0.0.1:{fake_ga4.server_address[1]}/mp/collect"
+    forward = GA4Forwarder(measurement_id="G-TEST123", api_secret="s3cret", endpoint=endpoint, clock=lambda: NOW)
+    with serve(db, forward=forward) as srv:
+        recent = [event(client=i % 2, when="2026-12-03T08:15:48Z") for i in range(60)]
+        stale = [event(client=9, when="2026-11-20T00:00:00Z")]
+        reserved = [event(client=9, name="session_start")]
+        assert post(srv.url, batch(recent + stale + reserved), probe_headers())[0] == 200
+        assert post(srv.url, batch(recent), probe_headers()) == (200, b'{"accepted": 0, "duplicates": 60}')
+        wait_for(lambda: forward.stats()["sent"] + forward.stats()["failed"] >= 60)
+    assert forward.stats() == {"sent": 60, "failed": 0, "stale": 2, "dropped": 0, "requests": 4}
+    paths = {path for path, _ in fake_ga4.received}
+    assert paths == {"/mp/collect?measurement_id=G-TEST123&api_secret=s3cret"}
+    payloads = [doc for _, doc in fake_ga4.received]
+    assert sorted(len(p["events"]) for p in payloads) == [5, 5, 25, 25]  # type: ignore[arg-type]
+    item = payloads[0]["events"][0]  # type: ignore[index]
+    assert item == {
+        "name": "startproject",
+        "params": {"app": "Django", "app_version": "5.2", "python": "CPython", "python_version": "3.11",
+                   "os": "Linux", "os_release": "6.1", "arch": "x86_64"},
+        "timestamp_micros": 1796285748 * 1_000_000,
+    }  # fmt: skip
+    assert {p["client_id"] for p in payloads} == {det_uuid4("client", 0), det_uuid4("client", 1)}
+    # Google would see the collector, never the client's request headers.
+    assert_private(json.dumps(payloads).encode())
+    headers = "".join(fake_ga4.headers_seen)
+    assert PROBE_UA not in headers
+    assert MARKER not in headers
+    assert FORWARDED_FOR not in headers
+
+
+def test_forward_failures_are_counted(db: Path, fake_ga4: _FakeGA4) -> None:
+    fake_ga4.status = 500
+    endpoint = f"http://127.0.0.1:{fake_ga4.server_address[1]}/mp/collect"
+    forward = GA4Forwarder(measurement_id="G-1", api_secret="s", endpoint=endpoint, clock=lambda: NOW)
+    assert forward.submit(parse_batch(batch([event()])))
+    forward.close(10)
+    assert forward.stats()["failed"] == 1
+    assert not forward.submit(parse_batch(batch([event()])))  # closed
+    # Nothing listens on a freshly closed port: a connection error is a failure, not an exception.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}/mp/collect"
+    forward = GA4Forwarder(measurement_id="G-1", api_secret="s", endpoint=dead, clock=lambda: NOW, queue_events=3)
+    assert not forward.submit(parse_batch(batch([event() for _ in range(4)])))  # over the queue's bound
+    assert forward.submit(parse_batch(batch([event()])))
+    forward.close(10)
+    assert forward.stats() == {"sent": 0, "failed": 1, "stale": 0, "dropped": 4, "requests": 1}
+
+
+@pytest.mark.parametrize("url", ["http://www.google-analytics.com/mp/collect", "ftp://x/", "not a url", "https://"])
+def test_forward_endpoint_must_be_https(url: str) -> None:
+    with pytest.raises(CollectorError):
+        GA4Forwarder(measurement_id="G-1", api_secret="s", endpoint=url)
+
+
+def test_http_client_sees_no_keepalive_surprises(server: CollectorServer) -> None:
+    # http.client (no urllib3) with HTTP/1.1: the answer is complete and the body length is right.
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.request("POST", "/v1/batch", body=batch([event()]), headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert (response.status, response.read()) == (200, b'{"accepted": 1, "duplicates": 0}')
+        assert response.getheader("Server") == "spool-reporter-collector"
+    finally:
+        conn.close()
