@@ -13,6 +13,7 @@ Behaviours (:class:`Server` ``behaviour=``):
 ``trickle``     sends the status line one byte every ``interval`` seconds, forever
 ``redirect``    302 to another host
 ``huge``        200 with an endless body (a gigabyte announced)
+``ack-stall``   sends a 200 status line and headers, then never the body
 ``script``      answers the statuses in ``script`` in turn (200 as ``healthy``), repeating the last
 ==============  ===================================================================================
 
@@ -245,6 +246,10 @@ class Server(_Listener):
             return self.respond_healthy(conn, request)
         return self.respond_other(conn, request, b)
 
+    def respond_healthy_head(self, request: Received) -> None:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            self.seen_ids.update(event["event_id"] for event in request.json()["events"])
+
     def respond_healthy(self, conn: socket.socket, request: Received) -> bool:
         try:
             ids = [event["event_id"] for event in request.json()["events"]]
@@ -279,6 +284,11 @@ class Server(_Listener):
                 if self.stop.wait(self.interval):
                     return False
                 conn.sendall(bytes([byte]))
+            return False
+        if b == "ack-stall":
+            self.respond_healthy_head(request)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+            self.stop.wait(3600)
             return False
         if b == "redirect":
             conn.sendall(_response(302, b"", {"Location": "https://elsewhere.example/v1/batch"}))

@@ -1,0 +1,277 @@
+"""Starting the flusher: the gate (destination, back-off, interval, one at a time), the process flags, and
+real detached flushers (delivery, no zombie, no inherited pipe, no recursion, no user modules)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import filelock
+import pytest
+from conftest import Sandbox
+from servers import fill, serving, wait_for, with_destination
+
+from spool_reporter import App, _flush, _hook, _spawn, _spool
+
+POSIX = pytest.mark.skipif(sys.platform == "win32", reason="POSIX process semantics")
+
+
+# --- the pure process arguments ------------------------------------------------------------------------
+
+
+def test_windows_flags(app: App) -> None:
+    spec = _spawn.spawn_spec(app, executable=r"C:\Python\python.exe", environ={"A": "1"}, cwd=None, windows=True)
+    assert spec.creationflags == 0x00000200 | 0x08000000 | 0x00004000
+    assert spec.creationflags & _spawn.CREATE_NEW_PROCESS_GROUP
+    assert spec.creationflags & _spawn.CREATE_NO_WINDOW
+    assert spec.creationflags & _spawn.BELOW_NORMAL_PRIORITY_CLASS
+    assert spec.start_new_session is False  # POSIX-only in subprocess
+    if sys.platform == "win32":  # pragma: no cover - the constants agree with the platform's own
+        assert subprocess.CREATE_NEW_PROCESS_GROUP == _spawn.CREATE_NEW_PROCESS_GROUP
+        assert subprocess.CREATE_NO_WINDOW == _spawn.CREATE_NO_WINDOW
+        assert subprocess.BELOW_NORMAL_PRIORITY_CLASS == _spawn.BELOW_NORMAL_PRIORITY_CLASS
+
+
+def test_posix_flags_and_arguments(app: App) -> None:
+    spec = _spawn.spawn_spec(
+        app, executable="/usr/bin/python3", environ={"A": "1"}, cwd="/spool", windows=False, safe_path=True
+    )
+    assert spec.start_new_session is True
+    assert spec.creationflags == 0
+    assert spec.cwd == "/spool"
+    assert spec.args[:4] == ["/usr/bin/python3", "-P", "-m", "spool_reporter._flush"]
+    assert spec.args[4:6] == ["--app", "django"]
+    assert spec.env == {"A": "1", _hook.FLUSHER_ENV: "1"}
+
+
+# --- the gate ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[_spawn.SpawnSpec]:
+    """Record what would be started instead of starting it (the real start is tested further down)."""
+    specs: list[_spawn.SpawnSpec] = []
+
+    def record(spec: _spawn.SpawnSpec) -> bool:
+        specs.append(spec)
+        return True
+
+    monkeypatch.setattr(_spawn, "_start", record)
+    return specs
+
+
+def spawn(
+    sandbox: Sandbox, app: App, env: dict[str, str], *, size: int = 100, long_lived: bool = False, **kw: object
+) -> bool:
+    with _spool.Folder(str(sandbox.state_dir(app)), create=True) as folder:
+        return _spawn.maybe_spawn(app, folder, size, long_lived=long_lived, environ=env, **kw)  # type: ignore[arg-type]
+
+
+def test_no_destination_no_spawn(sandbox: Sandbox, app: App, started: list[object]) -> None:
+    assert not spawn(sandbox, app, sandbox.env)
+    assert not spawn(sandbox, app, sandbox.env, user={"endpoint": ""})
+    assert spawn(sandbox, app, sandbox.env, user={"endpoint": "https://x.example/"})
+    assert len(started) == 1
+
+
+def test_policy_endpoint_counts(sandbox: Sandbox, app: App, started: list[object]) -> None:
+    assert spawn(sandbox, app, sandbox.env, policy={"endpoint": "https://x.example/"})
+
+
+def test_interval_threshold_and_long_lived(sandbox: Sandbox, app: App, started: list[object]) -> None:
+    env = {**sandbox.env, "DJANGO_ANALYTICS_ENDPOINT": "https://x.example/"}
+    assert spawn(sandbox, app, env)
+    assert not spawn(sandbox, app, env)  # within the interval
+    assert spawn(sandbox, app, env, long_lived=True)  # runserver
+    assert spawn(sandbox, app, env, size=_spawn.SPAWN_THRESHOLD_BYTES)  # a large spool
+    stamp = sandbox.state_dir(app) / _spawn.STAMP_NAME
+    past = time.time() - _spawn.SPAWN_INTERVAL - 1
+    os.utime(stamp, (past, past))
+    assert spawn(sandbox, app, env)
+    assert not spawn(sandbox, app, {**env, _spawn.SPAWN_INTERVAL_ENV: "100000"})  # can only shorten
+    os.utime(stamp, (time.time() - 2, time.time() - 2))
+    assert spawn(sandbox, app, {**env, _spawn.SPAWN_INTERVAL_ENV: "1"})
+    assert len(started) == 5
+    assert oct(stamp.stat().st_mode & 0o777) == "0o600"
+
+
+def test_backoff_gate_blocks_even_long_lived(sandbox: Sandbox, app: App, started: list[object]) -> None:
+    env = {**sandbox.env, "DJANGO_ANALYTICS_ENDPOINT": "https://x.example/"}
+    spawn(sandbox, app, env)
+    gate = sandbox.state_dir(app) / _spawn.GATE_NAME
+    gate.touch(mode=0o600)
+    later = time.time() + 3600
+    os.utime(gate, (later, later))
+    assert not spawn(sandbox, app, env, long_lived=True)
+    assert not spawn(sandbox, app, env, size=10**9)
+    os.utime(gate, (time.time() - 1, time.time() - 1))
+    assert spawn(sandbox, app, env, long_lived=True)
+
+
+def test_running_flusher_blocks(sandbox: Sandbox, app: App, started: list[object]) -> None:
+    env = {**sandbox.env, "DJANGO_ANALYTICS_ENDPOINT": "https://x.example/"}
+    spawn(sandbox, app, env, long_lived=True)
+    with filelock.FileLock(str(sandbox.state_dir(app) / _spawn.FLUSHER_LOCK_NAME)):
+        assert not spawn(sandbox, app, env, long_lived=True)
+    assert spawn(sandbox, app, env, long_lived=True)
+
+
+def test_no_recursion_and_no_frozen_relaunch(
+    sandbox: Sandbox, app: App, started: list[object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {**sandbox.env, "DJANGO_ANALYTICS_ENDPOINT": "https://x.example/"}
+    assert not spawn(sandbox, app, {**env, _hook.FLUSHER_ENV: "1"}, long_lived=True)
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    assert not spawn(sandbox, app, env, long_lived=True)
+    assert started == []
+
+
+def test_record_passes_the_config_to_the_gate(sandbox: Sandbox, app: App, started: list[_spawn.SpawnSpec]) -> None:
+    sandbox.write_user(app, "endpoint=https://x.example/v1/batch\n")
+    assert _hook.record_event("startproject", app=app, environ=sandbox.env)
+    assert len(started) == 1
+    assert started[0].env[_hook.FLUSHER_ENV] == "1"
+    assert started[0].cwd == str(sandbox.state_dir(app))
+
+
+def test_offline_laptop_a_day_of_commands_starts_few_flushers(sandbox: Sandbox, app: App) -> None:
+    """A command every minute for 24 hours against a dead network, with the default interval and back-off:
+    the real gate (:func:`_spawn.due`) on a real folder, the clock moved by the test."""
+    import random
+
+    from spool_reporter import _settings
+
+    random.seed(8)
+    tune = _settings.Tuning()
+    env = dict(sandbox.env)
+    path = sandbox.state_dir(app)
+    t0 = time.time()
+    spawned = []
+    failures = 0
+    with _spool.Folder(str(path), create=True) as folder:
+        for minute in range(24 * 60):
+            now = t0 + 60 * minute
+            if _spawn.due(folder, 1000, long_lived=False, env=env, now=now):
+                spawned.append(minute)
+                _spawn._touch(folder, _spawn.STAMP_NAME, now)
+                failures += 1  # the flusher fails and writes its back-off
+                _flush._touch(folder, _spawn.GATE_NAME, now + _flush.backoff_delay(failures, None, tune))
+    # 60 s doubling to 24 h: 0, 5, 10, 15, ~23, ~35 min, ... then hours apart.
+    # With this seed: 11 flushers, at minutes 0, 5, 10, 15, 22, 31, 51, 115, 193, 404 and 778.
+    assert 8 <= len(spawned) <= 14, spawned
+
+
+# --- real detached flushers ----------------------------------------------------------------------------
+
+
+def flusher_idle(sandbox: Sandbox, app: App) -> bool:
+    """No flusher holds flusher.lock (probed with the hook's own try-lock)."""
+    path = sandbox.state_dir(app) / _spawn.FLUSHER_LOCK_NAME
+    if not path.exists():
+        return True
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return _spool._try_lock(fd)
+    finally:
+        os.close(fd)
+
+
+def zombies() -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] == "Z" and int(fields[1]) == os.getpid():
+            found.append(int(entry.name))
+    return found
+
+
+@POSIX
+def test_spawned_flusher_delivers_and_leaves_no_zombie(sandbox: Sandbox, app: App) -> None:
+    with serving() as server:
+        env = with_destination(sandbox.env, server.url())
+        assert _hook.record_event("runserver", app=app, environ=env, long_lived=True)
+        wait_for(lambda: len(server.event_ids()) == 1, what="the detached flusher's delivery")
+        wait_for(lambda: flusher_idle(sandbox, app), what="the flusher to exit")
+    assert sandbox.spool_lines(app) == []
+    if Path("/proc/self/stat").exists():
+        # The reaper thread waits for the child: a long-lived parent (runserver) keeps no zombie.
+        wait_for(lambda: not zombies(), timeout=5, what="no zombie child")
+    state = _flush.read_state(app, environ=env)
+    assert state.last_result == "delivered"
+
+
+@POSIX
+def test_pipeline_ends_with_the_command_not_the_flusher(sandbox: Sandbox, app: App) -> None:
+    """`django-admin startproject x | cat` against a destination that never answers: the pipe closes when
+    the command ends, while the flusher (stdio on /dev/null, own session) keeps waiting on its own."""
+    script = textwrap.dedent(
+        """
+        import sys
+        from spool_reporter import record
+        from spool_reporter._app import django_app
+        assert record("startproject", app=django_app("5.2"), long_lived=True)
+        print("project created")
+        """
+    )
+    with serving("silent") as server:
+        env = with_destination(
+            sandbox.env, server.url(), SPOOL_REPORTER_FLUSH_DEADLINE="15", SPOOL_REPORTER_READ_TIMEOUT="15"
+        )
+        command = f"{sys.executable} -c '{script}' | cat"
+        start = time.monotonic()
+        out = subprocess.run(["sh", "-c", command], env=env, capture_output=True, timeout=30, check=True)
+        took = time.monotonic() - start
+        assert out.stdout == b"project created\n"
+        wait_for(lambda: len(server.received) == 1, what="the flusher's request")
+        assert not flusher_idle(sandbox, app)  # still waiting for an answer...
+        assert took < 1.5  # ...but the pipeline did not wait for it
+    # Closing the server ends the flusher's request; it records the failure and exits.
+    wait_for(lambda: flusher_idle(sandbox, app), what="the flusher to exit")
+    assert len(sandbox.spool_lines(app)) == 1
+
+
+@POSIX
+def test_flusher_never_imports_the_users_project(sandbox: Sandbox, app: App, tmp_path: Path) -> None:
+    """The flusher starts in the spool folder with -P: modules in the user's working directory (a project
+    that happens to contain ``urllib3.py``) and DJANGO_SETTINGS_MODULE are never imported."""
+    project = tmp_path / "project"
+    project.mkdir()
+    marker = tmp_path / "imported"
+    for name in ("urllib3", "filelock", "settings", "django"):
+        (project / f"{name}.py").write_text(f"open({str(marker)!r}, 'a').write('{name} ')\n")
+    fill(app, sandbox.env, 1)
+    with serving() as server:
+        env = with_destination(sandbox.env, server.url(), DJANGO_SETTINGS_MODULE="settings")
+        script = textwrap.dedent(
+            f"""
+            import os, sys
+            os.chdir({str(project)!r})
+            sys.path.insert(0, {str(project)!r})  # as manage.py's directory is
+            from spool_reporter import _spool, _spawn
+            from spool_reporter._app import django_app
+            app = django_app("5.2")
+            with _spool.Folder({str(sandbox.state_dir(app))!r}, create=False) as folder:
+                assert _spawn.maybe_spawn(app, folder, 0, long_lived=True, environ=os.environ)
+            """
+        )
+        subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=30, cwd=project)
+        wait_for(lambda: len(server.event_ids()) == 1, what="delivery")
+        wait_for(lambda: flusher_idle(sandbox, app), what="the flusher to exit")
+    assert not marker.exists(), marker.read_text()
+
+
+@POSIX
+def test_flusher_runs_at_the_lowest_priority(sandbox: Sandbox, app: App) -> None:
+    script = "from spool_reporter import _flush; import os; _flush._lower_priority(); print(os.nice(0))"
+    out = subprocess.run([sys.executable, "-c", script], env=sandbox.env, capture_output=True, check=True, timeout=30)
+    assert int(out.stdout) == 19
