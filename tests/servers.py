@@ -155,6 +155,12 @@ class _Listener:
     def handle(self, conn: socket.socket) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         self.stop.set()
         self.sock.close()
