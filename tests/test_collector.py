@@ -682,3 +682,23 @@ def test_http_client_sees_no_keepalive_surprises(server: CollectorServer) -> Non
         assert response.getheader("Server") == "spool-reporter-collector"
     finally:
         conn.close()
+
+
+def test_embedded_server_hands_the_app_no_address_or_header(db: Path) -> None:
+    from spool_reporter.collector import Collector
+    from spool_reporter.collector._store import Store as _Store
+
+    seen: list[dict[str, object]] = []
+
+    class Spy(Collector):
+        def __call__(self, environ, start_response):  # type: ignore[no-untyped-def]
+            seen.append(dict(environ))
+            return super().__call__(environ, start_response)
+
+    with CollectorServer(Spy(_Store(db)), port=0).start() as srv:
+        assert post(srv.url, batch([event()]), {**probe_headers(), "Content-Encoding": "identity"})[0] == 200
+    (environ,) = seen
+    assert "REMOTE_ADDR" not in environ
+    assert "REMOTE_HOST" not in environ
+    assert sorted(k for k in environ if k.startswith("HTTP_")) == ["HTTP_CONTENT_ENCODING"]
+    assert_private(repr({k: v for k, v in environ.items() if k not in ("SERVER_NAME",)}).encode())

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 SOCKET_TIMEOUT: Final = 10.0
 """A connection that sends nothing for this long is closed (a slow client cannot hold a thread forever)."""
 
+_KEPT_HEADERS: Final = frozenset(("HTTP_CONTENT_ENCODING", "HTTP_TRANSFER_ENCODING"))
+"""Request headers passed to the application (besides CONTENT_TYPE and CONTENT_LENGTH, which are not HTTP_*)."""
+
 MAX_CONNECTIONS: Final = 64
 """Connections served at once; the next ones wait in the listen backlog (back-pressure, bounded threads)."""
 
@@ -55,9 +58,13 @@ class _Handler(WSGIRequestHandler):
         pass
 
     def get_environ(self) -> dict[str, Any]:
+        # The application needs the body's length, type and encoding and nothing else about the request:
+        # the client's address and every other header (User-Agent, X-Forwarded-For, cookies) never reach it.
         env = super().get_environ()
-        for key in ("REMOTE_ADDR", "REMOTE_HOST", "HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP"):
-            env.pop(key, None)
+        for key in [k for k in env if k.startswith("HTTP_") and k not in _KEPT_HEADERS]:
+            del env[key]
+        env.pop("REMOTE_ADDR", None)
+        env.pop("REMOTE_HOST", None)
         return env
 
     def address_string(self) -> str:
