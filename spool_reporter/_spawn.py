@@ -1,37 +1,31 @@
-"""Starting the detached flusher from the hook: rarely, cheaply, and never waiting for it.
+"""Starting the detached flusher from the hook: rarely, cheaply, never waiting for it (docs/flusher.md)."""
 
-:func:`maybe_spawn` runs inside the user's command after a successful append (spool lock released). It
-decides with a few ``stat`` calls and no imports beyond what a Django process already has:
-
-1. a destination is configured (``<P>_ANALYTICS_ENDPOINT`` or an ``endpoint=`` key; the flusher validates
-   it), and this is not a frozen executable (``python -m`` cannot relaunch one) nor a flusher itself;
-2. the back-off has expired: :data:`GATE_NAME`'s mtime is the "not before" time the last failed flusher
-   wrote (one ``stat``);
-3. :data:`SPAWN_INTERVAL` has passed since the last spawn (:data:`STAMP_NAME`'s mtime, touched *before*
-   spawning so concurrent commands do not all spawn) -- unless the active spool is larger than
-   :data:`SPAWN_THRESHOLD_BYTES` or the caller is long-lived (``runserver``);
-4. no flusher is running: a non-blocking ``flock`` on :data:`FLUSHER_LOCK_NAME` succeeds (and is released
-   at once; the flusher takes it through :mod:`filelock`).
-
-The child is ``python -m spool_reporter._flush`` in a new session, with stdio on the null device and no
-inherited descriptors (so ``django-admin startproject x | cat`` ends with the command), its working
-directory in the spool folder (``-m`` puts the working directory on ``sys.path``: the user's project must
-never shadow a module), and :data:`~spool_reporter._hook.FLUSHER_ENV` set (nothing is recorded from inside
-it). On Windows it gets ``CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW`` and below-normal priority; on POSIX
-the flusher lowers its own priority first thing. A daemon thread ``wait()``\\ s for the child so that a
-long-lived parent never keeps a zombie.
-
-Stdlib only, and ``subprocess``/``threading`` are imported only when a flusher is actually started. Do not
-log here.
-"""
+# This module is imported by the hook after every recorded event, so -- like _hot -- it explains itself in
+# comments (docstrings are part of the .pyc, and every byte of it costs the user's command), imports only
+# what a Django process already has (os, sys, time; subprocess and threading only when actually spawning),
+# and never logs. Do not log here.
+#
+# maybe_spawn() decides with a few stat calls:
+# 1. a destination is named (<P>_ANALYTICS_ENDPOINT, or endpoint= in the user file or the policy; the flusher
+#    validates it), this is not a flusher (no recursion), and not a frozen executable (`-m` cannot relaunch it);
+# 2. the back-off has expired: GATE_NAME's mtime is the "not before" time the last failed flusher wrote;
+# 3. SPAWN_INTERVAL has passed since the last spawn (STAMP_NAME's mtime, touched *before* spawning so that
+#    concurrent commands do not all spawn) -- unless the active spool passed SPAWN_THRESHOLD_BYTES or the
+#    caller is long-lived (runserver);
+# 4. no flusher is running: a non-blocking flock on FLUSHER_LOCK_NAME succeeds (released at once; the flusher
+#    takes the same lock through filelock for its whole life).
+# The child: `nice -n 19 python -P -m spool_reporter._flush --app <slug> ...` in a new session, stdio on the
+# null device, no inherited descriptors (so `django-admin startproject x | cat` ends with the command), its
+# working directory in the spool folder (`-m` puts the working directory on sys.path on Python < 3.11: the
+# user's project must never shadow a module), and SPOOL_REPORTER_FLUSHER=1 in its environment. Windows:
+# CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW | BELOW_NORMAL_PRIORITY_CLASS. A daemon thread wait()s for the
+# child, so a long-lived parent keeps no zombie and a short-lived one does not wait for it.
 
 from __future__ import annotations
 
 import os
 import sys
 import time
-
-from . import _spool
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -41,39 +35,62 @@ if TYPE_CHECKING:
     from ._app import App
     from ._spool import Folder
 
+FLUSHER_ENV: Final = "SPOOL_REPORTER_FLUSHER"  # == _hook.FLUSHER_ENV (tests/test_spawn.py checks)
+
+# Held by the running flusher for its whole life (one at a time); like spool.lock, never deleted.
 FLUSHER_LOCK_NAME: Final = "flusher.lock"
-"""Held by the running flusher for its whole life (one at a time); like ``spool.lock``, never deleted."""
-
+# Its mtime is the earliest time the next background flusher may start: the back-off, on disk.
 GATE_NAME: Final = "flush.notbefore"
-"""Its mtime is the earliest time the next background flusher may start (the back-off, on disk)."""
-
+# Its mtime is when the hook last started a flusher.
 STAMP_NAME: Final = "flush.spawned"
-"""Its mtime is when the hook last started a flusher."""
 
+# A flusher costs ~100 ms of CPU that competes with the user's next command on a 2-core laptop (DESIGN
+# constraint 5), and events are not urgent: at most one spawn per 5 minutes from short commands.
 SPAWN_INTERVAL: Final = 300.0
-"""Seconds between spawns: a flusher costs ~100 ms of CPU that competes with the next command on a
-2-core laptop (DESIGN constraint 5); events are not urgent."""
-
-SPAWN_INTERVAL_ENV: Final = "SPOOL_REPORTER_SPAWN_INTERVAL"
-"""Shortens :data:`SPAWN_INTERVAL` (tests); a larger or malformed value is ignored."""
-
+SPAWN_INTERVAL_ENV: Final = "SPOOL_REPORTER_SPAWN_INTERVAL"  # shortens it (tests); never lengthens it
+# An active spool this large (~150 events) starts a flusher regardless of the interval.
 SPAWN_THRESHOLD_BYTES: Final = 64 * 1024
-"""An active spool this large (~150 events) starts a flusher regardless of the interval."""
 
+# Windows process creation flags (winbase.h), spelled out: subprocess defines them only on Windows.
 CREATE_NEW_PROCESS_GROUP: Final = 0x00000200
 CREATE_NO_WINDOW: Final = 0x08000000
 BELOW_NORMAL_PRIORITY_CLASS: Final = 0x00004000
-# Windows process creation flags (winbase.h); spelled out because subprocess defines them only on Windows.
 
-_TOUCH_FLAGS: Final = (
-    os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
-)
-_LOCK_FLAGS: Final = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+# POSIX nice lowers the priority before the interpreter starts. Measured on a busy 2-core machine, a flusher
+# started at normal priority slowed the next `django -m --version` by ~95 ms (its interpreter start and
+# urllib3/filelock imports alone), one started under `nice -n 19` by ~4 ms; the flusher also calls os.nice.
+NICE_PATHS: Final = ("/usr/bin/nice", "/bin/nice")
+
+_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+_TOUCH_FLAGS: Final = os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | getattr(os, "O_NONBLOCK", 0)
+_LOCK_FLAGS: Final = os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | getattr(os, "O_BINARY", 0)
+
+if sys.platform == "win32":  # pragma: no cover - Windows
+
+    def _try_lock(fd: int) -> bool:
+        import msvcrt
+
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # byte 0, as filelock.WindowsFileLock
+        except OSError:
+            return False
+        return True
+
+else:
+
+    def _try_lock(fd: int) -> bool:
+        import fcntl
+
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as filelock.UnixFileLock
+        except OSError:
+            return False
+        return True
 
 
 class SpawnSpec:
-    """Everything :class:`subprocess.Popen` is given, computed by the pure :func:`spawn_spec`."""
-
+    # Everything subprocess.Popen is given, computed by the pure spawn_spec() so tests check every platform.
     __slots__ = ("args", "creationflags", "cwd", "env", "start_new_session")
 
     def __init__(
@@ -86,9 +103,27 @@ class SpawnSpec:
         self.creationflags = creationflags
 
 
-def flusher_args(app: App, executable: str, *, safe_path: bool) -> list[str]:
-    """The flusher's command line (``-P``: Python 3.11+ does not put the working directory on sys.path)."""
-    return [
+def nice_command() -> list[str]:
+    # [nice, "-n", "19"] when POSIX nice exists, else [] (the flusher still lowers its own priority).
+    for path in NICE_PATHS:
+        if os.path.exists(path):
+            return [path, "-n", "19"]
+    return []
+
+
+def spawn_spec(
+    app: App,
+    *,
+    executable: str,
+    environ: Mapping[str, str],
+    cwd: str | None,
+    windows: bool,
+    safe_path: bool = False,
+    nice: list[str] | None = None,
+) -> SpawnSpec:
+    # How to start the flusher. safe_path adds -P (Python 3.11+: the working directory is not on sys.path).
+    args = [
+        *(nice or []),
         executable,
         *(["-P"] if safe_path else []),
         "-m",
@@ -102,44 +137,18 @@ def flusher_args(app: App, executable: str, *, safe_path: bool) -> list[str]:
         "--env-prefix",
         app.env_prefix,
     ]
-
-
-def spawn_spec(
-    app: App,
-    *,
-    executable: str,
-    environ: Mapping[str, str],
-    cwd: str | None,
-    windows: bool,
-    safe_path: bool = False,
-) -> SpawnSpec:
-    """How to start the flusher: pure, so the platform-specific flags are unit-tested everywhere."""
-    from ._hook import FLUSHER_ENV
-
     env = dict(environ)
     env[FLUSHER_ENV] = "1"
     if windows:
         flags = CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW | BELOW_NORMAL_PRIORITY_CLASS
-        return SpawnSpec(
-            args=flusher_args(app, executable, safe_path=safe_path),
-            env=env,
-            cwd=cwd,
-            start_new_session=False,
-            creationflags=flags,
-        )
-    return SpawnSpec(
-        args=flusher_args(app, executable, safe_path=safe_path),
-        env=env,
-        cwd=cwd,
-        start_new_session=True,
-        creationflags=0,
-    )
+        return SpawnSpec(args=args, env=env, cwd=cwd, start_new_session=False, creationflags=flags)
+    return SpawnSpec(args=args, env=env, cwd=cwd, start_new_session=True, creationflags=0)
 
 
 def has_destination(
     app: App, env: Mapping[str, str], user: dict[str, str] | None, policy: dict[str, str] | None
 ) -> bool:
-    """The cheap check: something names an endpoint (the flusher validates it)."""
+    # The cheap check: something names an endpoint (the flusher validates it, and says why in `status`).
     if env.get(app.env_endpoint, "").strip():
         return True
     return any(values is not None and values.get("endpoint", "").strip() for values in (user, policy))
@@ -165,7 +174,7 @@ def _mtime(folder: Folder, name: str) -> float | None:
 def _flusher_running(folder: Folder) -> bool:
     fd = folder.open(FLUSHER_LOCK_NAME, _LOCK_FLAGS)
     try:
-        return not _spool._try_lock(fd)
+        return not _try_lock(fd)
     finally:
         os.close(fd)  # releases the probe's lock at once
 
@@ -181,23 +190,15 @@ def _touch(folder: Folder, name: str, when: float) -> None:
         os.close(fd)
 
 
-def due(
-    folder: Folder,
-    active_size: int,
-    *,
-    long_lived: bool,
-    env: Mapping[str, str],
-    now: float,
-) -> bool:
-    """Steps 2-4 of the module docstring: back-off expired, interval passed, no flusher running."""
+def due(folder: Folder, active_size: int, *, long_lived: bool, env: Mapping[str, str], now: float) -> bool:
+    # Steps 2-4 above: back-off expired, interval passed (or not needed), no flusher running.
     gate = _mtime(folder, GATE_NAME)
     if gate is not None and gate > now:
         return False
     if not long_lived and active_size < SPAWN_THRESHOLD_BYTES:
         stamp = _mtime(folder, STAMP_NAME)
-        interval = _interval(env)
         # A stamp in the future (the clock was set back) counts as expired rather than blocking for long.
-        if stamp is not None and now - interval < stamp <= now + 60:
+        if stamp is not None and now - _interval(env) < stamp <= now + 60:
             return False
     return not _flusher_running(folder)
 
@@ -212,10 +213,8 @@ def maybe_spawn(
     user: dict[str, str] | None = None,
     policy: dict[str, str] | None = None,
 ) -> bool:
-    """Start a flusher if one is due. Returns whether one was started. Never raises (the hook catches)."""
+    """Start a flusher if one is due; whether one was started. The hook catches anything raised here."""
     env = os.environ if environ is None else environ
-    from ._hook import FLUSHER_ENV
-
     if env.get(FLUSHER_ENV) or getattr(sys, "frozen", False) or not sys.executable:
         return False
     if not has_destination(app, env, user, policy):
@@ -224,16 +223,17 @@ def maybe_spawn(
     if not due(folder, active_size, long_lived=long_lived, env=env, now=now):
         return False
     _touch(folder, STAMP_NAME, now)
-    return _start(
-        spawn_spec(
-            app,
-            executable=sys.executable,
-            environ=env,
-            cwd=folder.path,
-            windows=sys.platform == "win32",
-            safe_path=sys.version_info >= (3, 11),
-        )
+    windows = sys.platform == "win32"
+    spec = spawn_spec(
+        app,
+        executable=sys.executable,
+        environ=env,
+        cwd=folder.path,
+        windows=windows,
+        safe_path=sys.version_info >= (3, 11),
+        nice=None if windows else nice_command(),
     )
+    return _start(spec)
 
 
 def _start(spec: SpawnSpec) -> bool:
@@ -254,7 +254,6 @@ def _start(spec: SpawnSpec) -> bool:
         )
     except OSError:
         return False
-    # Reap the child whenever it ends, so a long-lived parent (runserver) keeps no zombie; a daemon thread
-    # never delays the parent's exit.
+    # Reap the child whenever it ends (no zombie under runserver); a daemon thread never delays the exit.
     threading.Thread(target=child.wait, name="spool_reporter-reaper", daemon=True).start()
     return True

@@ -36,6 +36,10 @@ def test_windows_flags(app: App) -> None:
         assert subprocess.BELOW_NORMAL_PRIORITY_CLASS == _spawn.BELOW_NORMAL_PRIORITY_CLASS
 
 
+def test_flusher_marker_is_the_hooks() -> None:
+    assert _spawn.FLUSHER_ENV == _hook.FLUSHER_ENV
+
+
 def test_posix_flags_and_arguments(app: App) -> None:
     spec = _spawn.spawn_spec(
         app, executable="/usr/bin/python3", environ={"A": "1"}, cwd="/spool", windows=False, safe_path=True
@@ -46,6 +50,10 @@ def test_posix_flags_and_arguments(app: App) -> None:
     assert spec.args[:4] == ["/usr/bin/python3", "-P", "-m", "spool_reporter._flush"]
     assert spec.args[4:6] == ["--app", "django"]
     assert spec.env == {"A": "1", _hook.FLUSHER_ENV: "1"}
+    niced = _spawn.spawn_spec(
+        app, executable="py", environ={}, cwd=None, windows=False, nice=["/usr/bin/nice", "-n", "19"]
+    )
+    assert niced.args[:5] == ["/usr/bin/nice", "-n", "19", "py", "-m"]
 
 
 # --- the gate ------------------------------------------------------------------------------------------
@@ -271,7 +279,47 @@ def test_flusher_never_imports_the_users_project(sandbox: Sandbox, app: App, tmp
 
 
 @POSIX
-def test_flusher_runs_at_the_lowest_priority(sandbox: Sandbox, app: App) -> None:
-    script = "from spool_reporter import _flush; import os; _flush._lower_priority(); print(os.nice(0))"
-    out = subprocess.run([sys.executable, "-c", script], env=sandbox.env, capture_output=True, check=True, timeout=30)
-    assert int(out.stdout) == 19
+@pytest.mark.parametrize("own_session", [True, False])
+def test_flusher_runs_at_the_lowest_priority(sandbox: Sandbox, own_session: bool) -> None:
+    script = textwrap.dedent(
+        """
+        import os
+        from spool_reporter import _flush
+        _flush._lower_priority()
+        group = open("/proc/self/autogroup").read().split()[-1] if os.path.exists("/proc/self/autogroup") else "-"
+        print(os.nice(0), group)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env=sandbox.env,
+        capture_output=True,
+        check=True,
+        timeout=30,
+        start_new_session=own_session,
+    )
+    nice, group = out.stdout.decode().split()
+    assert nice == "19"
+    if group != "-":
+        # Linux autogroups: a session-leading flusher renices its own group, never the terminal's.
+        ours = Path("/proc/self/autogroup").read_text().split()[-1]
+        assert group == ("19" if own_session else ours)
+
+
+@POSIX
+@pytest.mark.skipif(not _spawn.nice_command(), reason="no POSIX nice here")
+def test_spawned_flusher_starts_niced(sandbox: Sandbox, app: App, tmp_path: Path) -> None:
+    """The priority is lowered before the interpreter starts, not after its imports."""
+    out = tmp_path / "nice"
+    spec = _spawn.spawn_spec(
+        app,
+        executable=sys.executable,
+        environ=sandbox.env,
+        cwd=str(tmp_path),
+        windows=False,
+        nice=_spawn.nice_command(),
+    )
+    spec.args[spec.args.index("-m") :] = ["-c", f"import os; open({str(out)!r}, 'w').write(str(os.nice(0)))"]
+    assert _spawn._start(spec)
+    wait_for(lambda: out.exists() and out.read_text() != "", what="the child")
+    assert out.read_text() == "19"
