@@ -7,7 +7,7 @@
    ≤ 40 MiB on the development machine, asserted with :data:`TOLERANCE`.
 2. **The next command.** A short Python command (``python -m django --version`` when Django is installed)
    is timed alone, right after a flusher was started exactly as the hook starts it (``nice -n 19``), and
-   right after one started at normal priority: the differences are what a flusher costs a back-to-back
+   right after one started without the nice prefix: the differences are what a flusher costs a back-to-back
    command on this machine (DESIGN constraint 5). Printed, not asserted; noisy on a busy machine.
 
     python benchmarks/bench_flush.py [--rounds N] [--events N]
@@ -209,7 +209,7 @@ def main() -> int:
     print(
         f"  right after a flusher started as the hook does (nice 19): {behind_ms:.1f} ms ({behind_ms - alone_ms:+.1f})"
     )
-    print(f"  right after one started at normal priority: {unniced_ms:.1f} ms ({unniced_ms - alone_ms:+.1f} ms)")
+    print(f"  right after one started without the nice prefix: {unniced_ms:.1f} ms ({unniced_ms - alone_ms:+.1f} ms)")
     figures = {
         "events": args.events,
         "requests": requests,

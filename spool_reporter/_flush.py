@@ -77,6 +77,9 @@ WATCHDOG_GRACE: Final = 2.0
 ALARM_GRACE: Final = 5
 """...and, on POSIX, by the default action of ``SIGALRM`` this long after it (the last resort)."""
 
+NO_ENDPOINT_RETRY: Final = 3600.0
+"""A background flusher that finds the named endpoint unusable keeps the next one away this long."""
+
 EXIT_DEADLINE: Final = 3
 """Exit status of a flusher ended by its watchdog."""
 
@@ -700,6 +703,13 @@ def run(
         return FlushResult(outcome="nothing", message="nothing is queued")
     with folder:
         if resolved.destination is None:
+            if not foreground:
+                # The hook started us because an endpoint is *named*, but it is not usable (plain http to a
+                # remote host, a missing api_secret...): do not let every interval start another flusher
+                # just to find that out again. Fixing the setting takes effect within the hour (or at once
+                # with `django-spool flush`).
+                with contextlib.suppress(OSError):
+                    _touch(folder, GATE_NAME, _now() + min(NO_ENDPOINT_RETRY, tune.backoff_cap))
             return FlushResult(outcome="no-endpoint", remaining=_spool.count_queued(folder), message=resolved.reason)
         import filelock
 

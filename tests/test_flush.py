@@ -449,6 +449,17 @@ def test_no_endpoint_keeps_events(sandbox: Sandbox, app: App) -> None:
     assert "https" in bad.message
 
 
+def test_unusable_endpoint_holds_background_flushers_back(sandbox: Sandbox, app: App) -> None:
+    fill(app, sandbox.env, 1)
+    env = {**sandbox.env, "DJANGO_ANALYTICS_ENDPOINT": "http://example.com/v1/batch"}  # remote plain http
+    assert _flush.run(app, foreground=True, environ=env).outcome == "no-endpoint"
+    assert not (sandbox.state_dir(app) / "flush.notbefore").exists()
+    before = time.time()
+    assert _flush.run(app, foreground=False, environ=env).outcome == "no-endpoint"
+    gate = (sandbox.state_dir(app) / "flush.notbefore").stat().st_mtime
+    assert before + 3500 < gate < time.time() + 3601
+
+
 def test_nothing_queued(sandbox: Sandbox, app: App) -> None:
     with serving() as server:
         env = with_destination(sandbox.env, server.url())
