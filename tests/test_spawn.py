@@ -323,3 +323,48 @@ def test_spawned_flusher_starts_niced(sandbox: Sandbox, app: App, tmp_path: Path
     assert _spawn._start(spec)
     wait_for(lambda: out.exists() and out.read_text() != "", what="the child")
     assert out.read_text() == "19"
+
+
+@POSIX
+def test_real_django_admin_startproject_piped_to_cat(sandbox: Sandbox, app: App, tmp_path: Path) -> None:
+    """`django-admin startproject x | cat` with a destination that never answers ends with the command.
+
+    The script is Django's own console script, armed the way ``spool_reporter.pth`` arms it."""
+    pytest.importorskip("django")
+    from conftest import REPO
+
+    script = tmp_path / "bin" / "django-admin"
+    script.parent.mkdir()
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
+        "import _spool_reporter_arm  # what spool_reporter.pth does at interpreter start\n"
+        "from django.core.management import execute_from_command_line\n"
+        "sys.exit(execute_from_command_line())\n"
+    )
+    script.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    with serving("silent") as server:
+        env = with_destination(
+            sandbox.env, server.url(), SPOOL_REPORTER_FLUSH_DEADLINE="15", SPOOL_REPORTER_READ_TIMEOUT="15"
+        )
+        start = time.monotonic()
+        out = subprocess.run(
+            ["sh", "-c", f"{script} startproject mysite | cat"],
+            check=False,
+            env=env,
+            cwd=work,
+            capture_output=True,
+            timeout=60,
+        )
+        took = time.monotonic() - start
+        assert out.returncode == 0, out.stderr
+        assert (work / "mysite" / "manage.py").exists()
+        assert len(sandbox.spool_lines(app)) == 1 or server.received  # recorded (and maybe already claimed)
+        wait_for(lambda: len(server.received) == 1, what="the flusher's request")
+        assert not flusher_idle(sandbox, app)  # the flusher still waits for an answer...
+        assert took < 3.0  # ...the pipeline did not (django-admin startproject alone takes ~0.15-1 s)
+    wait_for(lambda: flusher_idle(sandbox, app), what="the flusher to exit")
+    assert len(sandbox.spool_lines(app)) == 1
