@@ -1,0 +1,84 @@
+"""Throw-away virtual environments with real Django and the built spool_reporter wheel in them.
+
+The package is installed the way users install it (a wheel, or ``pip install -e``), never via ``PYTHONPATH``,
+because the thing under test is the installation itself: ``spool_reporter.pth`` in site-packages arming the
+hook in ``django-admin`` / ``manage.py`` / ``python -m django`` processes.
+
+``SPOOL_REPORTER_TEST_DJANGO`` picks the Django series (``4.2``, ``5.2``, ``6.0``; nox's ``django`` session sets
+it); the interpreter is the one running the tests. Environments are built once per test session.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+DJANGO_ENV = "SPOOL_REPORTER_TEST_DJANGO"
+DEFAULT_DJANGO = "5.2"
+PIP_TIMEOUT = 600  # seconds; a cold pip cache downloads Django (~8 MB)
+
+
+def django_series() -> str:
+    """The Django series under test, e.g. ``"5.2"``."""
+    return os.environ.get(DJANGO_ENV, "").strip() or DEFAULT_DJANGO
+
+
+def _pip(*args: str) -> None:
+    cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT, check=False)
+    if proc.returncode != 0:
+        msg = f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        raise RuntimeError(msg)
+
+
+def build_wheel(out: Path) -> Path:
+    """Build the project's wheel into ``out`` (without build isolation when hatchling is at hand: faster)."""
+    out.mkdir(parents=True, exist_ok=True)
+    isolation = [] if importlib.util.find_spec("hatchling") is None else ["--no-build-isolation"]
+    _pip("wheel", "-q", "--no-deps", *isolation, "-w", str(out), str(REPO))
+    (wheel,) = out.glob("spool_reporter-*.whl")
+    return wheel
+
+
+class Venv:
+    """A virtual environment at ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.bin = root / ("Scripts" if os.name == "nt" else "bin")
+        self.python = self.bin / ("python.exe" if os.name == "nt" else "python")
+        self.django_admin = self.bin / "django-admin"
+
+    @classmethod
+    def create(cls, root: Path, *requirements: str, editable: bool = False) -> Venv:
+        """Create it and install ``requirements`` into it with the test interpreter's pip (``pip --python``)."""
+        venv.EnvBuilder(with_pip=False, clear=True, symlinks=os.name != "nt").create(root)
+        env = cls(root)
+        reqs = list(requirements)
+        if editable:
+            reqs = ["-e", str(REPO), *reqs]
+        _pip("--python", str(env.python), "install", "-q", *reqs)
+        return env
+
+    def site_packages(self) -> Path:
+        out = subprocess.run(
+            [str(self.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return Path(out.stdout.strip())
+
+
+def venv_env(env: dict[str, str], venv_: Venv) -> dict[str, str]:
+    """``env`` for a process of ``venv_``: no ``PYTHONPATH`` (the installed package only), its bin first on PATH."""
+    out = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    out["PATH"] = str(venv_.bin) + os.pathsep + env.get("PATH", os.defpath)
+    out["VIRTUAL_ENV"] = str(venv_.root)
+    return out

@@ -1,0 +1,565 @@
+"""Real Django commands, in a real virtual environment with the built wheel installed (MISSION feature 1).
+
+Every test runs ``django-admin``, ``python manage.py`` or ``python -m django`` as a subprocess, in its own
+home (``Sandbox``), with an environment cleaned of CI markers and opt-outs, and reads the spool afterwards.
+``nox -s django`` runs this module over Django 4.2 / 5.2 / 6.0 (``SPOOL_REPORTER_TEST_DJANGO``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+from conftest import Sandbox
+
+from spool_reporter._app import django_app
+from spool_reporter._event import FIELDS
+from spool_reporter._hook import notice_text
+
+from ._django_venv import Venv, build_wheel, django_series, venv_env
+
+pytestmark = pytest.mark.django
+
+APP = django_app()
+NOTICE = notice_text(APP).encode()
+SERIES = django_series()
+FORBIDDEN_ON_HOOK_PATH = ("filelock", "urllib3", "platformdirs", "uuid", "platform", "json")
+COMMAND_TIMEOUT = 120  # seconds for one Django command (a cold start under load takes ~1 s)
+
+
+# --- environments -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
+def dj(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Venv:
+    """Django ``SERIES`` plus the wheel, built once per test session."""
+    return Venv.create(tmp_path_factory.mktemp("venv") / "django", str(wheel), f"Django=={SERIES}.*")
+
+
+class User:
+    """One isolated user (home, config, state) running commands in ``venv``."""
+
+    def __init__(self, sandbox: Sandbox, venv_: Venv) -> None:
+        self.sandbox = sandbox
+        self.venv = venv_
+        self.env = venv_env(sandbox.env, venv_)
+        self.work = sandbox.root / "work"
+        self.work.mkdir(exist_ok=True)
+
+    def run(
+        self,
+        *args: str | Path,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+        off: bool = False,
+        python_args: Sequence[str] = (),
+    ) -> subprocess.CompletedProcess[bytes]:
+        """Run a command; ``"django-admin"`` and ``"python"`` as the first argument mean the venv's."""
+        head, *rest = (str(a) for a in args)
+        if head == "django-admin":
+            argv = [str(self.venv.python), *python_args, str(self.venv.django_admin), *rest]
+        elif head == "python":
+            argv = [str(self.venv.python), *python_args, *rest]
+        else:
+            argv = [head, *rest]
+        environ = dict(self.env if env is None else env)
+        if off:
+            environ["DJANGO_NO_ANALYTICS"] = "1"
+        return subprocess.run(
+            argv, cwd=cwd or self.work, env=environ, capture_output=True, timeout=COMMAND_TIMEOUT, check=False
+        )
+
+    def ok(self, *args: str | Path, **kwargs: object) -> subprocess.CompletedProcess[bytes]:
+        proc = self.run(*args, **kwargs)  # type: ignore[arg-type]
+        assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
+        return proc
+
+    def events(self) -> list[dict[str, object]]:
+        return [json.loads(line) for line in self.sandbox.spool_lines(APP)]
+
+    def names(self) -> list[str]:
+        return [str(e["event"]) for e in self.events()]
+
+    def new_project(self, name: str = "mysite", *, debug: bool = True) -> Path:
+        """A project made with reporting off (so it records nothing), ``DEBUG`` as asked."""
+        self.ok("django-admin", "startproject", name, off=True)
+        root = self.work / name
+        if not debug:
+            settings = root / name / "settings.py"
+            text = settings.read_text()
+            assert "DEBUG = True" in text
+            settings.write_text(text.replace("DEBUG = True", "DEBUG = False"))
+        return root
+
+    def spool_bytes(self) -> bytes:
+        folder = self.sandbox.state_dir(APP)
+        return b"".join(p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()) if folder.exists() else b""
+
+
+@pytest.fixture
+def user(sandbox: Sandbox, dj: Venv) -> User:
+    return User(sandbox, dj)
+
+
+def assert_private(u: User, *secrets: str) -> None:
+    """Nothing the user typed or has ends up in the spool: names, paths, home, user and host names."""
+    data = u.spool_bytes()
+    assert data, "expected a spool"
+    for secret in (*secrets, str(u.work), str(u.sandbox.home), getpass.getuser(), socket.gethostname()):
+        if len(secret) >= 3:
+            assert secret.encode() not in data, secret
+    for event in u.events():
+        assert tuple(event) == FIELDS
+        assert event["app"] == "Django"
+        assert event["app_version"] == SERIES
+
+
+# --- the three commands, each recorded once -------------------------------------------------------------------
+
+
+def test_startproject_records_once_with_a_notice_printed_once(user: User) -> None:
+    first = user.ok("django-admin", "startproject", "secretproject")
+    assert user.names() == ["startproject"]
+    assert first.stderr.count(NOTICE) == 1
+    assert NOTICE not in first.stdout
+    second = user.ok("django-admin", "startproject", "otherproject")
+    assert NOTICE not in second.stderr
+    assert user.names() == ["startproject", "startproject"]
+    assert (user.work / "secretproject" / "manage.py").is_file()
+    assert_private(user, "secretproject", "otherproject")
+
+
+def test_startapp_outside_a_project(user: User) -> None:
+    user.ok("django-admin", "startapp", "secretapp")
+    assert user.names() == ["startapp"]
+    assert (user.work / "secretapp" / "models.py").is_file()
+    assert_private(user, "secretapp")
+
+
+def test_django_admin_startapp_inside_a_project(user: User) -> None:
+    project = user.new_project()
+    user.ok("django-admin", "startapp", "blog", cwd=project)
+    assert user.names() == ["startapp"]
+
+
+def test_manage_py_startapp_with_debug_settings(user: User) -> None:
+    project = user.new_project()
+    user.ok("python", "manage.py", "startapp", "secretapp", cwd=project)
+    assert user.names() == ["startapp"]
+    assert_private(user, "secretapp", "mysite")
+
+
+def test_python_m_django_startproject(user: User) -> None:
+    user.ok("python", "-m", "django", "startproject", "secretproject")
+    assert user.names() == ["startproject"]
+    assert_private(user, "secretproject")
+
+
+def test_settings_flag_decides_the_debug_rule(user: User) -> None:
+    on = user.new_project("debugon")
+    off = user.new_project("debugoff", debug=False)
+    user.ok("django-admin", "startapp", "a1", "--settings=debugoff.settings", "--pythonpath=.", cwd=off)
+    assert user.names() == []
+    user.ok("django-admin", "startapp", "a2", "--settings=debugon.settings", "--pythonpath=.", cwd=on)
+    assert user.names() == ["startapp"]
+
+
+def test_debug_false_records_nothing(user: User) -> None:
+    project = user.new_project(debug=False)
+    user.ok("python", "manage.py", "startapp", "blog", cwd=project)
+    env = {**user.env, "DJANGO_SETTINGS_MODULE": "mysite.settings", "PYTHONPATH": str(project)}
+    user.ok("django-admin", "startapp", "shop", cwd=project, env=env)
+    assert user.names() == []
+    assert not user.sandbox.user_file(APP).exists(), "no client id and no notice either"
+
+
+@pytest.mark.parametrize(
+    ("settings_module", "files"),
+    [
+        pytest.param("no_such_settings", {}, id="missing-module"),
+        pytest.param("badsettings", {"badsettings.py": "import no_such_dependency\n"}, id="settings-import-error"),
+    ],
+)
+def test_broken_settings_count_as_no_settings_and_do_not_change_the_command(
+    user: User, settings_module: str, files: dict[str, str]
+) -> None:
+    for name, text in files.items():
+        (user.work / name).write_text(text)
+    env = {**user.env, "DJANGO_SETTINGS_MODULE": settings_module, "PYTHONPATH": str(user.work)}
+    user.ok("django-admin", "--version", env=env)  # nothing recorded, no notice: the client id comes later
+    results = {}
+    for mode in ("off", "on"):
+        (user.work / mode).mkdir()
+        results[mode] = user.run("django-admin", "startapp", "blog", cwd=user.work / mode, env=env, off=mode == "off")
+    assert user.names() == ["startapp"]
+    on, off = results["on"], results["off"]
+    assert (on.returncode, on.stdout) == (off.returncode, off.stdout)
+    assert on.stderr.replace(NOTICE, b"") == off.stderr
+    assert (user.work / "on" / "blog").is_dir() == (user.work / "off" / "blog").is_dir()
+
+
+# --- everything else records nothing --------------------------------------------------------------------------
+
+QUIET = [
+    pytest.param(("django-admin",), id="no-arguments"),
+    pytest.param(("django-admin", "help"), id="help"),
+    pytest.param(("django-admin", "help", "startproject"), id="help-startproject"),
+    pytest.param(("django-admin", "help", "--commands"), id="help-commands"),
+    pytest.param(("django-admin", "--help"), id="--help"),
+    pytest.param(("django-admin", "--version"), id="--version"),
+    pytest.param(("django-admin", "version"), id="version"),
+    pytest.param(("django-admin", "startproject", "--help"), id="startproject--help"),
+    pytest.param(("django-admin", "startapp", "-h"), id="startapp-h"),
+    pytest.param(("django-admin", "startproject", "--version"), id="startproject--version"),
+    pytest.param(("django-admin", "nosuchcommand"), id="unknown-command"),
+    pytest.param(("django-admin", "startprojet"), id="misspelt-command"),
+    pytest.param(("python", "manage.py", "check"), id="check"),
+    pytest.param(("python", "manage.py", "migrate"), id="migrate"),
+    pytest.param(("python", "manage.py", "shell", "-c", "pass"), id="shell"),
+    pytest.param(("python", "manage.py", "runserver", "--help"), id="runserver--help"),
+    pytest.param(("python", "manage.py", "diffsettings"), id="diffsettings"),
+    pytest.param(("python", "-m", "django", "check", "--settings=mysite.settings", "--pythonpath=."), id="m-check"),
+]
+
+
+@pytest.fixture(scope="module")
+def quiet_user(tmp_path_factory: pytest.TempPathFactory, dj: Venv) -> tuple[User, Path]:
+    u = User(Sandbox(tmp_path_factory.mktemp("quiet")), dj)
+    return u, u.new_project()
+
+
+@pytest.mark.parametrize("command", QUIET)
+def test_other_commands_record_nothing(quiet_user: tuple[User, Path], command: tuple[str, ...]) -> None:
+    u, project = quiet_user
+    proc = u.run(*command, cwd=project)
+    assert b"Traceback" not in proc.stderr
+    assert u.names() == []
+    assert NOTICE not in proc.stderr
+
+
+def test_reporting_off_records_nothing_and_prints_nothing(user: User) -> None:
+    for i, switch in enumerate(({"DJANGO_NO_ANALYTICS": "1"}, {"DO_NOT_TRACK": "1"}, {"CI": "true"})):
+        proc = user.ok("django-admin", "startproject", f"p{i}", env={**user.env, **switch})
+        assert proc.stderr == b""
+    assert user.names() == []
+
+
+# --- the same command, reporting on or off ----------------------------------------------------------------------
+
+
+def test_stdout_is_byte_identical_with_reporting_on_or_off(sandbox: Sandbox, dj: Venv, tmp_path: Path) -> None:
+    on = User(sandbox, dj)
+    off_root = tmp_path / "off-user"
+    off_root.mkdir()
+    off = User(Sandbox(off_root), dj)
+    commands: list[tuple[str, ...]] = [
+        ("django-admin", "startproject", "mysite"),
+        ("django-admin", "startapp", "blog"),
+        ("python", "mysite/manage.py", "check"),
+        ("django-admin", "--version"),
+        ("django-admin", "help"),
+        ("python", "-m", "django", "startproject", "other"),
+    ]
+    for command in commands:
+        a = on.run(*command)
+        b = off.run(*command, off=True)
+        assert (a.returncode, a.stdout) == (b.returncode, b.stdout), command
+        assert a.stderr.replace(NOTICE, b"") == b.stderr, command
+    assert on.names() == ["startproject", "startapp", "startproject"]
+    assert off.names() == []
+
+
+def test_notice_printed_once_when_several_first_commands_start_together(user: User) -> None:
+    procs = [
+        subprocess.Popen(
+            [str(user.venv.python), str(user.venv.django_admin), "startproject", f"p{i}"],
+            cwd=user.work,
+            env=user.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(4)
+    ]
+    outputs = [p.communicate(timeout=COMMAND_TIMEOUT) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0]
+    assert sum(err.count(NOTICE) for _, err in outputs) == 1
+    assert all(out == b"" for out, _ in outputs)
+    events = user.events()
+    assert [e["event"] for e in events] == ["startproject"] * 4
+    assert len({e["client_id"] for e in events}) == 1
+
+
+def test_broken_reporting_never_changes_the_command(user: User) -> None:
+    # The state folder cannot be created (a file stands where its parent should be), then the config file is
+    # a folder (unreadable: reporting off). The command behaves exactly as with reporting off.
+    (user.sandbox.home / "state").write_text("not a folder")
+    a = user.run("django-admin", "startproject", "one")
+    b = user.run("django-admin", "startproject", "two", off=True)
+    assert (
+        (a.returncode, a.stdout, a.stderr.replace(NOTICE, b"")) == (b.returncode, b.stdout, b.stderr) == (0, b"", b"")
+    )
+    user.sandbox.user_file(APP).unlink()
+    user.sandbox.user_file(APP).mkdir()
+    c = user.run("django-admin", "startproject", "three")
+    assert (c.returncode, c.stdout, c.stderr) == (0, b"", b"")
+
+
+# --- runserver and its autoreloader -----------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serves(port: int) -> bool:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+    try:
+        conn.request("GET", "/")
+        return conn.getresponse().status < 600
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+def _wait_for(condition: Callable[[], bool], what: str, *, timeout: float = 60, interval: float = 0.05) -> None:
+    """Poll ``condition`` until true: bounded in time and in attempts."""
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / interval) + 1):
+        if condition():
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(interval)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                stat = (entry / "stat").read_text()
+                if int(stat.rpartition(")")[2].split()[1]) == pid:
+                    out.append(int(entry.name))
+    return out
+
+
+def _open_paths(pid: int) -> list[str]:
+    paths = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            paths.append(os.readlink(fd))
+    return paths
+
+
+class Server:
+    """``runserver`` in its own process group, its output collected by threads."""
+
+    def __init__(self, u: User, cwd: Path, *args: str) -> None:
+        self.port = _free_port()
+        self.proc = subprocess.Popen(
+            [str(u.venv.python), "manage.py", "runserver", *args, f"127.0.0.1:{self.port}"],
+            cwd=cwd,
+            env=u.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        self.stdout = bytearray()
+        self.stderr = bytearray()
+        assert self.proc.stdout is not None
+        assert self.proc.stderr is not None
+        self._threads = [
+            threading.Thread(target=self._pump, args=(self.proc.stdout, self.stdout), daemon=True),
+            threading.Thread(target=self._pump, args=(self.proc.stderr, self.stderr), daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    @staticmethod
+    def _pump(stream: object, sink: bytearray) -> None:
+        for chunk in iter(lambda: stream.read1(65536), b""):  # type: ignore[attr-defined]
+            sink.extend(chunk)
+
+    def wait_serving(self) -> None:
+        _wait_for(lambda: self.proc.poll() is None and _serves(self.port), f"runserver on port {self.port}")
+
+    def stop(self) -> int:
+        """Ctrl-C, as a terminal sends it (to the process group); SIGKILL if that is not enough. The exit code."""
+        try:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGINT)
+                try:
+                    self.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait(timeout=30)
+        finally:
+            for t in self._threads:
+                t.join(timeout=10)
+            for stream in (self.proc.stdout, self.proc.stderr):
+                if stream is not None:
+                    stream.close()
+        return self.proc.returncode
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the reloader's child")
+def test_runserver_records_once_across_reloads_and_holds_no_spool_descriptor(user: User) -> None:
+    project = user.new_project()
+    server = Server(user, project)
+    try:
+        server.wait_serving()
+        assert user.names() == ["runserver"]
+        (child,) = _children(server.proc.pid)
+        state = str(user.sandbox.state_dir(APP))
+        for pid in (server.proc.pid, child):
+            assert not [p for p in _open_paths(pid) if p.startswith(state)], "a spool descriptor is held open"
+        # A code change: the reloader's child exits and the parent starts a new one (RUN_MAIN=true).
+        settings = project / "mysite" / "settings.py"
+        later = time.time() + 5
+        os.utime(settings, (later, later))
+        _wait_for(lambda: _children(server.proc.pid) not in ([child], []), "the reloaded child")
+        server.wait_serving()
+        assert re.search(rb"settings\.py changed, reloading", bytes(server.stderr)), bytes(server.stderr)
+        assert user.names() == ["runserver"]
+    finally:
+        code = server.stop()
+    assert code in (0, -signal.SIGINT), bytes(server.stderr)
+    assert user.names() == ["runserver"]
+    assert bytes(server.stderr).count(NOTICE) == 1
+    assert NOTICE not in bytes(server.stdout)
+    assert [e["event"] for e in user.events()] == ["runserver"]
+
+
+def test_runserver_noreload_records_once(user: User) -> None:
+    project = user.new_project()
+    server = Server(user, project, "--noreload")
+    try:
+        server.wait_serving()
+        assert user.names() == ["runserver"]
+    finally:
+        code = server.stop()
+    assert code in (0, -signal.SIGINT), bytes(server.stderr)
+    assert user.names() == ["runserver"]
+
+
+# --- the installation: .pth arming, cost, imports -----------------------------------------------------------------
+
+
+def test_pth_and_arm_module_are_installed_at_the_site_packages_root(dj: Venv) -> None:
+    site = dj.site_packages()
+    assert (site / "spool_reporter.pth").read_text() == (Path(__file__).parents[2] / "spool_reporter.pth").read_text()
+    assert (site / "_spool_reporter_arm.py").read_bytes() == (
+        Path(__file__).parents[2] / "_spool_reporter_arm.py"
+    ).read_bytes()
+
+
+PROBE = """\
+import site, sys, sysconfig
+mark = lambda: len([f for f in sys.meta_path if getattr(f, "spool_reporter_finder", False)])
+armed_at_start = mark()
+site.addsitedir(sysconfig.get_paths()["purelib"])  # process the .pth files once more
+import django.core.management as m
+ex = m.ManagementUtility.execute
+inner = getattr(ex, "__wrapped__", None)
+print(armed_at_start, mark(), getattr(ex, "__spool_reporter_wrapped__", False),
+      getattr(inner, "__spool_reporter_wrapped__", False), "_spool_reporter_arm" in sys.modules,
+      "spool_reporter" in sys.modules)
+"""
+
+
+def test_arming_is_idempotent_and_imports_nothing_of_the_package(user: User) -> None:
+    # A script named manage.py is armed; its .pth runs twice in a venv (site.venv() and site.main()) and a
+    # third time here; the finder is installed once, removes itself, and execute is wrapped once.
+    script = user.work / "manage.py"
+    script.write_text(PROBE)
+    out = user.ok("python", script).stdout.split()
+    assert out == [b"1", b"0", b"True", b"False", b"True", b"False"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "module_loaded"),
+    [
+        pytest.param(("-c", "import sys; print(sys.modules.get('_spool_reporter_arm'))"), False, id="-c"),
+        pytest.param(("other.py",), False, id="script"),
+        pytest.param(("-m", "probe"), True, id="-m-other"),  # '-m' passes the .pth's check; arm() says no
+    ],
+)
+def test_other_python_processes_are_not_armed(user: User, argv: tuple[str, ...], module_loaded: bool) -> None:
+    code = (
+        "import sys\n"
+        "print('_spool_reporter_arm' in sys.modules, "
+        "[f for f in sys.meta_path if getattr(f, 'spool_reporter_finder', False)], 'spool_reporter' in sys.modules)\n"
+    )
+    (user.work / "other.py").write_text(code)
+    (user.work / "probe.py").write_text(code)
+    if argv[0] == "-c":
+        argv = ("-c", code)
+    out = user.ok("python", *argv).stdout.decode().split()
+    assert out == [str(module_loaded), "[]", "False"]
+
+
+def _imported(stderr: bytes) -> set[str]:
+    names = set()
+    for line in stderr.decode(errors="replace").splitlines():
+        if line.startswith("import time:") and "|" in line:
+            names.add(line.rsplit("|", 1)[1].strip())
+    return names
+
+
+def test_the_hook_path_imports_no_heavy_module(user: User) -> None:
+    user.ok("django-admin", "--version")  # create nothing; warm nothing
+    on = user.ok("django-admin", "startproject", "p1", python_args=("-X", "importtime"))
+    assert user.names() == ["startproject"]
+    off = user.ok("django-admin", "startproject", "p2", python_args=("-X", "importtime"), off=True)
+    added = _imported(on.stderr) - _imported(off.stderr)
+    assert added, "the importtime output was not parsed"
+    assert all(
+        name.startswith(("spool_reporter", "_spool_reporter_arm")) or name in {"__future__"} for name in added
+    ), sorted(added)
+    for name in FORBIDDEN_ON_HOOK_PATH:
+        assert name not in added, name
+    quiet = user.ok("django-admin", "--version", python_args=("-X", "importtime"))
+    ours = {n for n in _imported(quiet.stderr) if "spool_reporter" in n}
+    assert ours == {"_spool_reporter_arm"}, ours
+
+
+# --- an editable install -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def editable(tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    return Venv.create(tmp_path_factory.mktemp("editable") / "venv", f"Django=={SERIES}.*", editable=True)
+
+
+def test_editable_install_is_armed_too(sandbox: Sandbox, editable: Venv) -> None:
+    u = User(sandbox, editable)
+    site = editable.site_packages()
+    assert (site / "spool_reporter.pth").is_file()
+    assert (site / "_spool_reporter_arm.py").is_file()
+    assert not (site / "spool_reporter").exists(), "an editable install imports the checkout"
+    u.ok("django-admin", "startproject", "secretproject")
+    u.ok("python", "-m", "django", "startapp", "secretapp")
+    assert u.names() == ["startproject", "startapp"]
+    assert_private(u, "secretproject", "secretapp")
