@@ -1,7 +1,7 @@
 """spool_reporter: usage events that never make a command wait.
 
-The public doorway. Importing it is cheap (standard library only, no network, no ``json``/``uuid``/
-``platform``); everything heavy lives behind the command line and the detached flusher.
+The public doorway. Importing it costs one small module: :class:`App`, :class:`Decision`, :func:`decide` and
+``__version__`` load on first use (PEP 562), so a Django command that records nothing pays almost nothing.
 
 >>> from spool_reporter import App, record
 >>> MYTOOL = App(name="MyTool", version="1.4.2")
@@ -9,15 +9,12 @@ The public doorway. Importing it is cheap (standard library only, no network, no
 True
 """
 
-from __future__ import annotations
-
-from ._app import App
-from ._consent import Decision
-from ._version import __version__
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from ._app import App
+    from ._consent import Decision
 
 __all__ = [
     "App",
@@ -37,13 +34,13 @@ class SpoolReporterError(Exception):
 
 
 def record(
-    event: str,
+    event: "str",
     *,
-    app: App,
-    notice: bool = False,
-    long_lived: bool = False,
-    environ: Mapping[str, str] | None = None,
-) -> bool:
+    app: "App",
+    notice: "bool" = False,
+    long_lived: "bool" = False,
+    environ: "Mapping[str, str] | None" = None,
+) -> "bool":
     """Append one event named ``event`` for ``app`` to the local spool, in microseconds.
 
     Returns ``True`` if the event was recorded (or echoed, with ``<P>_ANALYTICS_DEBUG=1``), ``False`` if
@@ -57,15 +54,36 @@ def record(
     :param environ: the environment to read switches from (default: :data:`os.environ`).
     """
     try:
-        from ._hook import record_event
+        from ._hot import record_event
 
         return record_event(event, app=app, notice=notice, long_lived=long_lived, environ=environ)
     except Exception:
         return False
 
 
-def decide(app: App, environ: Mapping[str, str] | None = None) -> Decision:
+def decide(app: "App", environ: "Mapping[str, str] | None" = None) -> "Decision":
     """Whether reporting is on for ``app`` here and now, and which rule decided it. Reads two small files."""
-    from ._consent import current
+    from ._hot import current
 
     return current(app, environ)
+
+
+def __getattr__(name: "str") -> "object":
+    # PEP 562: load the rest of the doorway on first use.
+    if name == "App":
+        from ._hot import App
+
+        return App
+    if name == "Decision":
+        from ._hot import Decision
+
+        return Decision
+    if name == "__version__":
+        from ._version import __version__
+
+        return __version__
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> "list[str]":
+    return sorted([*globals(), "App", "Decision", "__version__"])

@@ -5,82 +5,23 @@ DEP 8 keeps the user's choice in ``~/.config/djangoanalytics``; we keep its shap
 Reading never follows a FIFO into a block, never reads more than :data:`MAX_CONFIG_BYTES`, and reports a
 file it cannot trust as :data:`BROKEN`, which the consent rules treat as "off".
 
-Stdlib only: this module is on the hook path.
+The code lives in :mod:`spool_reporter._hot`, the one module the hook path imports; this module names it.
 """
 
 from __future__ import annotations
 
-import os
-import stat
+from ._hot import (
+    BROKEN,
+    MAX_CONFIG_BYTES,
+    is_broken,
+    parse,
+    read,
+)
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Final
-
-MAX_CONFIG_BYTES: Final = 16 * 1024
-"""A config or policy file larger than this is not ours to trust (ours stay well under 1 KiB)."""
-
-_OPEN_FLAGS: Final = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
-# O_NONBLOCK: a FIFO planted at the path must not block the command waiting for a writer.
-
-
-class _Broken(dict[str, str]):
-    """The marker type of an unreadable, oversized, non-regular or malformed file."""
-
-    def __repr__(self) -> str:
-        return "BROKEN"
-
-
-BROKEN: Final[dict[str, str]] = _Broken()
-"""Returned instead of a mapping when a file exists but cannot be trusted."""
-
-
-def parse(data: bytes) -> dict[str, str] | None:
-    """Parse file contents; ``None`` when they are malformed. The last occurrence of a key wins."""
-    if b"\0" in data:
-        return None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    values: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#;" or (line[0] == "[" and line[-1] == "]"):
-            continue
-        key, sep, value = line.partition("=")
-        key = key.strip().lower()
-        if not sep or not key or not key.replace("_", "").replace("-", "").isalnum() or not key.isascii():
-            return None
-        values[key.replace("-", "_")] = value.strip()
-    return values
-
-
-def read(path: str) -> dict[str, str] | None:
-    """Read ``path``: a mapping, ``None`` when it does not exist, :data:`BROKEN` when it cannot be trusted."""
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-    except FileNotFoundError:
-        return None
-    except NotADirectoryError:
-        return None
-    except OSError:
-        return BROKEN
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONFIG_BYTES:
-            return BROKEN
-        data = os.read(fd, MAX_CONFIG_BYTES + 1)
-    except OSError:
-        return BROKEN
-    finally:
-        os.close(fd)
-    if len(data) > MAX_CONFIG_BYTES:
-        return BROKEN
-    values = parse(data)
-    return BROKEN if values is None else values
-
-
-def is_broken(values: dict[str, str] | None) -> bool:
-    """Whether :func:`read` found a file it could not trust."""
-    return values is BROKEN
+__all__ = [
+    "BROKEN",
+    "MAX_CONFIG_BYTES",
+    "is_broken",
+    "parse",
+    "read",
+]

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from typing import Final
 
     from ._app import App
-    from ._spool import Folder
+    from ._hot import Folder
 
 FLUSHER_ENV: Final = "SPOOL_REPORTER_FLUSHER"  # == _hook.FLUSHER_ENV (tests/test_spawn.py checks)
 

@@ -1,0 +1,1014 @@
+"""The hot path, in one module: everything :func:`spool_reporter.record` runs inside the user's command."""
+
+# Why one module, and why comments instead of docstrings here:
+#
+# Every module a Django command imports costs ~0.25 M instructions of import machinery plus ~35 instructions per
+# byte of its .pyc (measured with callgrind against `django-admin startproject`, docs/design-notes.md), and
+# docstrings are part of the .pyc. The hook's import must stay well under 0.5 ms, so the consent rules, the
+# config reader, the platform folders, the event line, the spool and the hook live here, explained in comments.
+# The modules named after each concern (_app, _paths, _config, _consent, _event, _spool, _hook) document them
+# and re-export them, and hold what only the cold path needs; import from those, not from here.
+#
+# Rules for this module: standard library only (os, sys, time, stat, fcntl -- modules a Django process already
+# has); no filelock, urllib3, platformdirs, uuid, platform or json; no network, no name resolution, no fsync;
+# never print except the one-time notice and the debug echo. Do not log here.
+#
+# No `from __future__ import annotations` here or in the package's __init__: it imports the __future__ module,
+# 0.55 M instructions that a Django process has not paid yet. Annotations are quoted instead.
+
+import os
+import stat
+import sys
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Final
+
+# --- from _app --------------------------------------------------------------------------------
+
+STATE_APPNAME: "Final" = "spool_reporter"
+
+# The platformdirs application name of our state folder; each :class:`App` gets a subfolder of it.
+
+_NAME_CHARS: "Final" = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+_VERSION_CHARS: "Final" = frozenset("0123456789.")
+
+_PREFIX_CHARS: "Final" = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+MAX_NAME: "Final" = 40
+
+# GA4 caps names at 40 characters; we use the same bound for application and event names.
+
+
+def _check(value: "str", chars: "frozenset[str]", what: "str", limit: "int" = MAX_NAME) -> "str":
+    if not isinstance(value, str) or not value or len(value) > limit or not set(value) <= chars:
+        msg = f"{what} must be 1-{limit} characters from {''.join(sorted(chars))!r}, got {value!r}"
+        raise ValueError(msg)
+    return value
+
+
+def coarse_version(version: "str") -> "str":
+    # ``'5.2.7'`` -> ``'5.2'``: the allowlist keeps versions at major.minor.
+    parts = version.split(".")
+    digits = []
+    for part in parts[:2]:
+        num = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            num += ch
+        if not num:
+            break
+        digits.append(str(int(num)))
+    return ".".join(digits) or "0"
+
+
+class App:
+    """An application whose command-line usage is reported.
+
+    All parameters are keyword-only; instances are immutable.
+
+    :param name: the display name sent as the application (``"Django"``).
+    :param version: the application's version; only major.minor is kept (``"5.2.7"`` -> ``"5.2"``).
+    :param slug: the subfolder of the state folder and the stem of derived names (default: ``name.lower()``).
+    :param config_name: the user config / system policy file name (default: ``slug + "analytics"``).
+    :param env_prefix: prefix of the switches ``<P>_NO_ANALYTICS``, ``<P>_ANALYTICS_DEBUG``,
+        ``<P>_ANALYTICS_ENDPOINT``, ``<P>_ANALYTICS_TRANSPORT`` (default: ``slug.upper()``).
+    :param cli_name: the command that manages reporting, named in the first-run notice.
+    :param docs_url: where the notice points for details.
+    """
+
+    __slots__ = ("cli_name", "config_name", "docs_url", "env_prefix", "name", "slug", "version")
+
+    name: "str"
+    version: "str"
+    slug: "str"
+    config_name: "str"
+    env_prefix: "str"
+    cli_name: "str"
+    docs_url: "str"
+
+    def __init__(
+        self,
+        *,
+        name: "str",
+        version: "str",
+        slug: "str | None" = None,
+        config_name: "str | None" = None,
+        env_prefix: "str | None" = None,
+        cli_name: "str" = "django-spool",
+        docs_url: "str" = "https://spool-reporter.readthedocs.io/",
+    ) -> "None":
+        set_ = object.__setattr__
+        set_(self, "name", _check(name, _NAME_CHARS, "name"))
+        set_(self, "version", coarse_version(str(version)))
+        slug = _check(slug if slug is not None else name.lower(), _NAME_CHARS, "slug")
+        set_(self, "slug", slug)
+        set_(self, "config_name", _check(config_name or slug + "analytics", _NAME_CHARS, "config_name"))
+        set_(
+            self,
+            "env_prefix",
+            _check(env_prefix or slug.upper().replace("-", "_").replace(".", "_"), _PREFIX_CHARS, "env_prefix"),
+        )
+        set_(self, "cli_name", cli_name)
+        set_(self, "docs_url", docs_url)
+
+    def __setattr__(self, key: "str", value: "object") -> "None":
+        msg = "App is immutable"
+        raise AttributeError(msg)
+
+    def __repr__(self) -> "str":
+        return f"App(name={self.name!r}, version={self.version!r}, slug={self.slug!r})"
+
+    def __eq__(self, other: "object") -> "bool":
+        if not isinstance(other, App):
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    def __hash__(self) -> "int":
+        return hash(tuple(getattr(self, k) for k in self.__slots__))
+
+    @property
+    def env_disable(self) -> "str":
+        # The environment variable that turns reporting off (DEP 8: ``DJANGO_NO_ANALYTICS``).
+        return self.env_prefix + "_NO_ANALYTICS"
+
+    @property
+    def env_debug(self) -> "str":
+        # Print the event on stderr instead of spooling it (DEP 8: ``DJANGO_ANALYTICS_DEBUG``).
+        return self.env_prefix + "_ANALYTICS_DEBUG"
+
+    @property
+    def env_endpoint(self) -> "str":
+        # Override the configured endpoint.
+        return self.env_prefix + "_ANALYTICS_ENDPOINT"
+
+    @property
+    def env_transport(self) -> "str":
+        # Override the configured transport.
+        return self.env_prefix + "_ANALYTICS_TRANSPORT"
+
+
+def django_app(version: "str" = "0") -> "App":
+    # The application DEP 8 is about: ``djangoanalytics``, ``DJANGO_NO_ANALYTICS``, ``DJANGO_ANALYTICS_DEBUG``.
+    #
+    # The version only matters for events; the command line passes the default.
+    return App(name="Django", version=version, slug="django", config_name="djangoanalytics", env_prefix="DJANGO")
+
+
+# --- from _paths --------------------------------------------------------------------------------
+
+_MACOS: "Final" = sys.platform == "darwin"
+
+_WINDOWS: "Final" = sys.platform == "win32"
+
+
+def _home(environ: "Mapping[str, str]") -> "str":
+    # platformdirs treats a relative HOME as unset and asks the password database instead.
+    home = environ.get("HOME", "")
+    if home.startswith("/"):
+        return home
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_dir
+
+
+def _xdg(environ: "Mapping[str, str]", var: "str") -> "str | None":
+    # platformdirs only honours absolute XDG values (posixpath.isabs).
+    value = environ.get(var, "")
+    return value if value.startswith("/") else None
+
+
+def _windows_folder(environ: "Mapping[str, str]", var: "str", which: "str") -> "str":  # pragma: no cover - Windows
+    value = environ.get(var, "")
+    if value:
+        return os.path.normpath(value)
+    import platformdirs  # the registry fallback is platformdirs' business; rare enough to pay for
+
+    return str(getattr(platformdirs, which)())
+
+
+def user_config_dir(environ: "Mapping[str, str] | None" = None) -> "str":
+    # The user's configuration folder (no application part).
+    env = os.environ if environ is None else environ
+    if _WINDOWS:  # pragma: no cover - Windows
+        return _windows_folder(env, "LOCALAPPDATA", "user_config_dir")
+    xdg = _xdg(env, "XDG_CONFIG_HOME")
+    if xdg is not None:
+        return xdg
+    if _MACOS:  # pragma: no cover - macOS
+        return os.path.join(_home(env), "Library", "Application Support")
+    return os.path.join(_home(env), ".config")
+
+
+def site_config_dir(environ: "Mapping[str, str] | None" = None) -> "str":
+    # The first system-wide configuration folder, where a distributor ships its policy.
+    env = os.environ if environ is None else environ
+    if _WINDOWS:  # pragma: no cover - Windows
+        return _windows_folder(env, "PROGRAMDATA", "site_config_dir")
+    for entry in env.get("XDG_CONFIG_DIRS", "").split(os.pathsep):
+        if entry.startswith("/"):
+            return entry
+    return "/Library/Application Support" if _MACOS else "/etc/xdg"
+
+
+def user_state_dir(appname: "str", environ: "Mapping[str, str] | None" = None) -> "str":
+    # The user's state folder for ``appname``.
+    env = os.environ if environ is None else environ
+    if _WINDOWS:  # pragma: no cover - Windows
+        return os.path.join(_windows_folder(env, "LOCALAPPDATA", "user_data_dir"), appname)
+    xdg = _xdg(env, "XDG_STATE_HOME")
+    if xdg is not None:
+        return os.path.join(xdg, appname)
+    if _MACOS:  # pragma: no cover - macOS
+        return os.path.join(_home(env), "Library", "Application Support", appname)
+    return os.path.join(_home(env), ".local", "state", appname)
+
+
+# --- from _config --------------------------------------------------------------------------------
+
+MAX_CONFIG_BYTES: "Final" = 16 * 1024
+
+# A config or policy file larger than this is not ours to trust (ours stay well under 1 KiB).
+
+_OPEN_FLAGS: "Final" = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+class _Broken(dict[str, str]):
+    # The marker type of an unreadable, oversized, non-regular or malformed file.
+
+    def __repr__(self) -> "str":
+        return "BROKEN"
+
+
+BROKEN: "Final[dict[str, str]]" = _Broken()
+
+# Returned instead of a mapping when a file exists but cannot be trusted.
+
+
+def parse(data: "bytes") -> "dict[str, str] | None":
+    # Parse file contents; ``None`` when they are malformed. The last occurrence of a key wins.
+    if b"\0" in data:
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    values: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;" or (line[0] == "[" and line[-1] == "]"):
+            continue
+        key, sep, value = line.partition("=")
+        key = key.strip().lower()
+        if not sep or not key or not key.replace("_", "").replace("-", "").isalnum() or not key.isascii():
+            return None
+        values[key.replace("-", "_")] = value.strip()
+    return values
+
+
+def read(path: "str") -> "dict[str, str] | None":
+    # Read ``path``: a mapping, ``None`` when it does not exist, :data:`BROKEN` when it cannot be trusted.
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+    except OSError:
+        return BROKEN
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONFIG_BYTES:
+            return BROKEN
+        data = os.read(fd, MAX_CONFIG_BYTES + 1)
+    except OSError:
+        return BROKEN
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        return BROKEN
+    values = parse(data)
+    return BROKEN if values is None else values
+
+
+def is_broken(values: "dict[str, str] | None") -> "bool":
+    # Whether :func:`read` found a file it could not trust.
+    return values is BROKEN
+
+
+# --- from _consent --------------------------------------------------------------------------------
+
+CI_VARIABLES: "Final" = (
+    # The generic marker most CI services set, then vendor-specific ones for those that do not.
+    "CI",
+    "CONTINUOUS_INTEGRATION",
+    "GITHUB_ACTIONS",
+    "GITLAB_CI",
+    "TRAVIS",
+    "CIRCLECI",
+    "BUILDKITE",
+    "TF_BUILD",
+    "JENKINS_URL",
+    "TEAMCITY_VERSION",
+    "BITBUCKET_BUILD_NUMBER",
+    "CODEBUILD_BUILD_ID",
+    "APPVEYOR",
+    "DRONE",
+    "SEMAPHORE",
+    "HEROKU_TEST_RUN_ID",
+    "BUILD_BUILDID",
+    "WOODPECKER",
+)
+
+# Environment variables whose presence marks a CI run (``CI=false``/``0`` does not count).
+
+HARD_OFF_REASONS: "Final" = frozenset({"policy:disable", "user:disable"})
+
+# Reasons that mean the user or the system said no: queued events are deleted, not kept.
+
+MODE_OPT_OUT: "Final" = "opt-out"
+
+MODE_OPT_IN: "Final" = "opt-in"
+
+
+class Decision:
+    # The outcome of :func:`decide`: ``enabled``, the ``reason`` (rule) and the ``mode``.
+
+    __slots__ = ("enabled", "mode", "reason")
+
+    enabled: "bool"
+    reason: "str"
+    mode: "str"
+
+    def __init__(self, *, enabled: "bool", reason: "str", mode: "str") -> "None":
+        object.__setattr__(self, "enabled", enabled)
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "mode", mode)
+
+    def __setattr__(self, key: "str", value: "object") -> "None":
+        msg = "Decision is immutable"
+        raise AttributeError(msg)
+
+    def __repr__(self) -> "str":
+        return f"Decision(enabled={self.enabled!r}, reason={self.reason!r}, mode={self.mode!r})"
+
+    def __eq__(self, other: "object") -> "bool":
+        if not isinstance(other, Decision):
+            return NotImplemented
+        return (self.enabled, self.reason, self.mode) == (other.enabled, other.reason, other.mode)
+
+    def __hash__(self) -> "int":
+        return hash((self.enabled, self.reason, self.mode))
+
+    @property
+    def hard_off(self) -> "bool":
+        # Off because someone said no (env, user file, policy): queued events must be deleted.
+        return not self.enabled and (self.reason.startswith("env:") or self.reason in HARD_OFF_REASONS)
+
+
+def _truthy(value: "str | None") -> "bool":
+    return value is not None and value.strip() not in ("", "0")
+
+
+def _ci_variable(environ: "Mapping[str, str]") -> "str | None":
+    for name in CI_VARIABLES:
+        value = environ.get(name)
+        if value is not None and value.strip().lower() not in ("", "0", "false", "no"):
+            return name
+    return None
+
+
+def decide(
+    app: "App",
+    environ: "Mapping[str, str]",
+    user: "dict[str, str] | None",
+    policy: "dict[str, str] | None",
+) -> "Decision":
+    # Decide from already-read inputs. Pure: no I/O. ``None`` means "no such file".
+    policy_opt_in = policy is not None and policy.get("default", "").lower() in ("off", "0", "opt-in", "no")
+    mode = MODE_OPT_IN if policy_opt_in else MODE_OPT_OUT
+
+    def off(reason: "str") -> "Decision":
+        return Decision(enabled=False, reason=reason, mode=mode)
+
+    if _truthy(environ.get(app.env_disable)):
+        return off("env:" + app.env_disable)
+    if _truthy(environ.get("DO_NOT_TRACK")):
+        return off("env:DO_NOT_TRACK")
+    if is_broken(policy):
+        return off("policy:unreadable")
+    if policy is not None and policy.get("disable", "0").strip() != "0":
+        return off("policy:disable")
+    if is_broken(user):
+        return off("user:unreadable")
+    user_disable = None if user is None else user.get("disable")
+    if user_disable is not None and user_disable.strip() not in ("", "0"):
+        return off("user:disable")
+    if user_disable is not None and user_disable.strip() == "0":
+        return Decision(enabled=True, reason="user:enable", mode=mode)
+    ci = _ci_variable(environ)
+    if ci is not None:
+        return off("ci:" + ci)
+    if policy_opt_in:
+        return off("policy:opt-in")
+    return Decision(enabled=True, reason="default", mode=mode)
+
+
+def user_config_path(app: "App", environ: "Mapping[str, str] | None" = None) -> "str":
+    # The user's config file (DEP 8: ``~/.config/djangoanalytics``).
+    return os.path.join(user_config_dir(environ), app.config_name)
+
+
+def policy_path(app: "App", environ: "Mapping[str, str] | None" = None) -> "str":
+    # The system policy file a distributor ships (Linux: ``/etc/xdg/djangoanalytics``).
+    return os.path.join(site_config_dir(environ), app.config_name)
+
+
+def read_inputs(
+    app: "App", environ: "Mapping[str, str] | None" = None
+) -> "tuple[dict[str, str] | None, dict[str, str] | None]":
+    # Read the user file and the policy file (each ``None``, a mapping, or ``BROKEN``).
+    return read(user_config_path(app, environ)), read(policy_path(app, environ))
+
+
+def current(app: "App", environ: "Mapping[str, str] | None" = None) -> "Decision":
+    # Read the files and decide, for this process's environment unless ``environ`` is given.
+    env = os.environ if environ is None else environ
+    user, policy = read_inputs(app, env)
+    return decide(app, env, user, policy)
+
+
+# --- from _event --------------------------------------------------------------------------------
+
+SCHEMA_VERSION: "Final" = 1
+
+# Bumped when a field is added, removed or changes meaning.
+
+_EVENT_CHARS: "Final" = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+_HEX: "Final" = frozenset("0123456789abcdef")
+
+
+def uuid4() -> "str":
+    # A random RFC 4122 version-4 UUID in canonical text form (never uuid1: no MAC address).
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def is_uuid4(text: "str") -> "bool":
+    # Whether ``text`` is a canonical lower-case version-4 UUID.
+    return (
+        isinstance(text, str)
+        and len(text) == 36
+        and text[8] == text[13] == text[18] == text[23] == "-"
+        and text[14] == "4"
+        and text[19] in "89ab"
+        and set(text.replace("-", "")) <= _HEX
+        and len(text.replace("-", "")) == 32
+    )
+
+
+def is_event_name(name: "str") -> "bool":
+    # GA4's rule for names: ``[A-Za-z][A-Za-z0-9_]*``, at most 40 characters.
+    return isinstance(name, str) and 0 < len(name) <= 40 and name[0].isalpha() and set(name) <= _EVENT_CHARS
+
+
+def _python() -> "tuple[str, str]":
+    impl = sys.implementation.name
+    names = {"cpython": "CPython", "pypy": "PyPy", "graalpy": "GraalPy"}
+    return names.get(impl, impl[:16].capitalize() or "Python"), f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def _major_minor(release: "str") -> "str":
+    parts = []
+    for part in release.split(".")[:2]:
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(str(int(digits)))
+    return ".".join(parts) or "unknown"
+
+
+_ARCH: "Final" = {
+    "x86_64": "x86_64",
+    "amd64": "x86_64",
+    "x64": "x86_64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "armv8l": "arm64",
+    "i386": "x86",
+    "i486": "x86",
+    "i586": "x86",
+    "i686": "x86",
+    "x86": "x86",
+    "armv7l": "arm",
+    "armv6l": "arm",
+    "arm": "arm",
+    "ppc64le": "ppc64le",
+    "ppc64": "ppc64",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+    "loongarch64": "loongarch64",
+}
+
+# Machine names folded to a small, fixed vocabulary (anything else is ``"other"``).
+
+
+def _os() -> "tuple[str, str, str]":
+    if sys.platform == "win32":  # pragma: no cover - Windows
+        ver = sys.getwindowsversion()
+        release = "11" if ver.major == 10 and ver.build >= 22000 else f"{ver.major}.{ver.minor}"
+        # Like platform.machine(): the native architecture, even in a 32-bit process on a 64-bit OS.
+        machine = os.environ.get("PROCESSOR_ARCHITEW6432") or os.environ.get("PROCESSOR_ARCHITECTURE", "")
+        return "Windows", release if release != "10.0" else "10", _ARCH.get(machine.lower(), "other")
+    u = os.uname()
+    arch = _ARCH.get(u.machine.lower(), "other")
+    if sys.platform == "darwin":  # pragma: no cover - macOS
+        darwin = int(_major_minor(u.release).split(".")[0] or 0)
+        # Darwin 20-24 are macOS 11-15; Darwin 25 is macOS 26 (the year-based numbering).
+        macos = str(darwin + 1) if darwin >= 25 else str(darwin - 9) if darwin >= 20 else f"10.{darwin - 4}"
+        return "macOS", macos, arch
+    family = {"linux": "Linux", "freebsd": "FreeBSD", "openbsd": "OpenBSD", "netbsd": "NetBSD"}.get(
+        u.sysname.lower(), "other"
+    )
+    return family, _major_minor(u.release), arch
+
+
+_STATIC: "tuple[str, str, str, str, str] | None" = None
+
+
+def platform_facts() -> "tuple[str, str, str, str, str]":
+    # (python, python_version, os, os_release, arch), computed once per process.
+    global _STATIC
+    if _STATIC is None:
+        impl, pyver = _python()
+        family, release, arch = _os()
+        _STATIC = (impl, pyver, family, release, arch)
+    return _STATIC
+
+
+def user_agent(app: "App") -> "str":
+    # DEP 8's User-Agent: ``Django/5.2 CPython/3.11 (Linux; x86_64)``.
+    impl, pyver, family, _, arch = platform_facts()
+    return f"{app.name}/{app.version} {impl}/{pyver} ({family}; {arch})"
+
+
+def _quote(value: "str") -> "str":
+    # The values are built from fixed vocabularies and validated names; escape anyway, like json.dumps would
+    # with ensure_ascii=True, so that a surprising value can never break the line.
+    if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+        return '"' + value + '"'
+    out = []
+    for ch in value:
+        code = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif code < 0x20 or code > 0x7E:
+            if code > 0xFFFF:
+                code -= 0x10000
+                out.append(f"\\u{0xD800 | (code >> 10):04x}\\u{0xDC00 | (code & 0x3FF):04x}")
+            else:
+                out.append(f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def iso_time(epoch: "float") -> "str":
+    # UTC ISO 8601 with whole seconds: ``2026-12-03T08:15:48Z``.
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+_MIDDLE: "dict[App, str]" = {}
+
+
+def _middle(app: "App") -> "str":
+    # The fields that do not change within a process, serialised once.
+    cached = _MIDDLE.get(app)
+    if cached is None:
+        impl, pyver, family, release, arch = platform_facts()
+        q = _quote
+        cached = (
+            f'"app":{q(app.name)},"app_version":{q(app.version)},"python":{q(impl)},'
+            f'"python_version":{q(pyver)},"os":{q(family)},"os_release":{q(release)},"arch":{q(arch)},'
+            f'"user_agent":{q(user_agent(app))},'
+        )
+        _MIDDLE[app] = cached
+    return cached
+
+
+def build_line(app: "App", event: "str", client_id: "str", now: "float") -> "bytes":
+    # One spool line (JSON object + newline) holding exactly :data:`FIELDS`, in that order.
+    q = _quote
+    return (
+        f'{{"schema":{SCHEMA_VERSION},"event_id":"{uuid4()}","event":{q(event)},{_middle(app)}'
+        f'"client_id":{q(client_id)},"time":"{iso_time(now)}"}}\n'
+    ).encode("ascii")
+
+
+# --- from _spool --------------------------------------------------------------------------------
+
+LOCK_NAME: "Final" = "spool.lock"
+
+ACTIVE_NAME: "Final" = "spool.jsonl"
+
+COUNTERS_NAME: "Final" = "counters"
+
+SEGMENT_PREFIX: "Final" = "seg-"
+
+SEGMENT_SUFFIX: "Final" = ".jsonl"
+
+SEGMENT_BYTES: "Final" = 256 * 1024
+
+# The active file is sealed at this size: ~600 events; counting its lines then reads 256 KiB (~60 us).
+
+MAX_EVENTS: "Final" = 10_000
+
+# Default count cap: a year of a busy developer's commands, and the flusher benchmark's queue.
+
+MAX_BYTES: "Final" = 8 * 1024 * 1024
+
+# Default byte cap: 10,000 events of ~420 bytes fit twice over; a small price on any disk.
+
+HUGE_ACTIVE_BYTES: "Final" = 4 * SEGMENT_BYTES
+
+# An active file this large was not written by us (we seal at SEGMENT_BYTES): it is discarded.
+
+LOCK_WAIT_SECONDS: "Final" = 0.005
+
+# The hook gives up on a lock held this long (a flusher's claim is a rename: microseconds).
+
+MAX_ASIDE: "Final" = 1000
+
+# At most this many one-line segments written beside a busy lock (see :func:`append_aside`).
+
+FILE_MODE: "Final" = 0o600
+
+DIR_MODE: "Final" = 0o700
+
+
+_O_CLOEXEC: "Final" = getattr(os, "O_CLOEXEC", 0)
+
+_O_NOFOLLOW: "Final" = getattr(os, "O_NOFOLLOW", 0)
+
+_O_NONBLOCK: "Final" = getattr(os, "O_NONBLOCK", 0)
+
+_O_DIRECTORY: "Final" = getattr(os, "O_DIRECTORY", 0)
+
+_O_BINARY: "Final" = getattr(os, "O_BINARY", 0)
+
+_DIR_FD: "Final" = (not _WINDOWS) and os.open in os.supports_dir_fd and os.rename in os.supports_dir_fd
+
+_UID: "Final" = os.geteuid() if hasattr(os, "geteuid") else None
+
+_LOCK_FLAGS: "Final" = os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY
+
+_APPEND_FLAGS: "Final" = os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY
+
+# O_RDWR, not O_WRONLY: the append reads the last byte back to detect a torn line.
+_READ_FLAGS: "Final" = os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY
+
+
+class SpoolError(OSError):
+    # The spool folder or one of its files is not safe to use (symlink, wrong owner, not a file).
+    pass
+
+
+def _trusted_file(st: "os.stat_result") -> "bool":
+    # A regular file we own with exactly one name: a hard link planted at our path could point anywhere.
+    return stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and (_UID is None or st.st_uid == _UID)
+
+
+def make_dirs(path: "str") -> "None":
+    # Create ``path`` and missing parents with mode ``0700``, whatever the umask.
+    missing = []
+    head = path
+    while head and not os.path.isdir(head):
+        missing.append(head)
+        parent = os.path.dirname(head)
+        if parent == head:
+            break
+        head = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(directory, DIR_MODE)  # mkdir's mode is filtered by the umask; this one is not
+
+
+class Folder:
+    # An open, verified spool folder: operations are relative to a descriptor, so a symlink swapped in
+    # for the folder after the check cannot redirect them. Use as a context manager.
+
+    __slots__ = ("fd", "path")
+
+    path: "str"
+    fd: "int | None"
+
+    def __init__(self, path: "str", *, create: "bool") -> "None":
+        self.path = path
+        self.fd = None
+        if not _DIR_FD:  # pragma: no cover - Windows
+            if create:
+                make_dirs(path)
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode):
+                raise SpoolError(f"not a folder: {path}")
+            return
+        flags = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            if not create:
+                raise
+            make_dirs(path)
+            fd = os.open(path, flags)
+        except OSError as exc:  # ELOOP / ENOTDIR: a symlink or a file planted at the folder's path
+            raise SpoolError(f"not a folder: {path}") from exc
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISDIR(st.st_mode) or (_UID is not None and st.st_uid != _UID):
+                raise SpoolError(f"not our folder: {path}")
+            if st.st_mode & 0o077:
+                os.fchmod(fd, DIR_MODE)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+
+    def close(self) -> "None":
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> "Folder":
+        return self
+
+    def __exit__(self, *exc: "object") -> "None":
+        self.close()
+
+    def _name(self, name: "str") -> "str":
+        return name if self.fd is not None else os.path.join(self.path, name)
+
+    def open(self, name: "str", flags: "int", mode: "int" = FILE_MODE) -> "int":
+        if self.fd is not None:
+            return os.open(name, flags, mode, dir_fd=self.fd)
+        return os.open(os.path.join(self.path, name), flags, mode)  # pragma: no cover - Windows
+
+    def rename(self, src: "str", dst: "str") -> "None":
+        if self.fd is not None:
+            os.rename(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        else:  # pragma: no cover - Windows
+            os.replace(os.path.join(self.path, src), os.path.join(self.path, dst))
+
+    def unlink(self, name: "str") -> "None":
+        if self.fd is not None:
+            os.unlink(name, dir_fd=self.fd)
+        else:  # pragma: no cover - Windows
+            os.unlink(os.path.join(self.path, name))
+
+    def lstat(self, name: "str") -> "os.stat_result":
+        if self.fd is not None:
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        return os.lstat(os.path.join(self.path, name))  # pragma: no cover - Windows
+
+
+if sys.platform == "win32":  # pragma: no cover - Windows
+    import msvcrt
+
+    def _try_lock(fd: "int") -> "bool":
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+
+else:
+    import fcntl
+
+    def _try_lock(fd: "int") -> "bool":
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        return True
+
+
+def take_lock(fd: "int", wait: "float" = LOCK_WAIT_SECONDS) -> "bool":
+    # Take the exclusive OS lock on ``fd``, waiting at most ``wait`` seconds (bounded, never forever).
+    if _try_lock(fd):
+        return True
+    deadline = time.monotonic() + wait
+    pause = 0.0002
+    while time.monotonic() < deadline:
+        time.sleep(pause)
+        if _try_lock(fd):
+            return True
+        pause = min(pause * 2, 0.001)
+    return False
+
+
+def lock_fd(folder: "Folder", wait: "float" = LOCK_WAIT_SECONDS) -> "int | None":
+    # Open ``spool.lock`` and take the exclusive lock, waiting at most ``wait`` seconds.
+    #
+    # Returns the descriptor (closing it releases the lock) or ``None`` when the lock is busy.
+    fd = folder.open(LOCK_NAME, _LOCK_FLAGS)
+    try:
+        if take_lock(fd, wait):
+            return fd
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    return None
+
+
+def append(folder: "Folder", line: "bytes", *, max_events: "int" = MAX_EVENTS, max_bytes: "int" = MAX_BYTES) -> "int":
+    # Append one line under the lock (taken and released here). Returns the active file's new size.
+    #
+    # Raises :class:`OSError` (including :class:`SpoolError`) on any failure; the hook turns that into a no-op.
+    lfd = lock_fd(folder)
+    if lfd is None:
+        from ._spool import append_aside  # rare: the lock stayed busy
+
+        return append_aside(folder, line)
+    try:
+        fd = folder.open(ACTIVE_NAME, _APPEND_FLAGS)
+        try:
+            st = os.fstat(fd)
+            if not _trusted_file(st) or st.st_size >= SEGMENT_BYTES:
+                os.close(fd)
+                fd = -1
+                from ._spool import enforce_caps, seal_active  # rare: once per segment
+
+                seal_active(folder)
+                enforce_caps(folder, max_events, max_bytes)
+                fd = folder.open(ACTIVE_NAME, _APPEND_FLAGS)
+                st = os.fstat(fd)
+                if not _trusted_file(st):
+                    raise SpoolError("spool.jsonl is not a file of ours")
+            if st.st_mode & 0o077:
+                os.fchmod(fd, FILE_MODE)
+            size = st.st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line  # a torn last line stays alone: it costs that line only
+            try:
+                written = os.write(fd, line)
+            except OSError:
+                os.ftruncate(fd, size)
+                raise
+            if written != len(line):
+                os.ftruncate(fd, size)
+                raise OSError("short write")
+            return size + written
+        finally:
+            if fd >= 0:
+                os.close(fd)
+    finally:
+        os.close(lfd)
+
+
+# --- from _hook --------------------------------------------------------------------------------
+
+FLUSHER_ENV: "Final" = "SPOOL_REPORTER_FLUSHER"
+
+# Set in the flusher's environment: nothing is recorded from inside it or its children (no recursion).
+
+_CONFIG_WRITE_FLAGS: "Final" = (
+    os.O_RDWR
+    | os.O_APPEND
+    | os.O_CREAT
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+)
+
+
+def state_dir(app: "App", environ: "Mapping[str, str] | None" = None) -> "str":
+    # The app's spool folder: ``<user state dir>/spool_reporter/<slug>``.
+    return os.path.join(user_state_dir(STATE_APPNAME, environ), app.slug)
+
+
+def notice_text(app: "App") -> "str":
+    # The one-time notice printed on stderr with the first recorded event.
+    cli = app.cli_name
+    return (
+        f"\n{app.name} usage reporting is on (DEP 8). Commands such as startproject record one anonymous event:\n"
+        f"the command name, {app.name}/Python/OS versions and a random id; never paths, names or arguments.\n"
+        f"Events are sent later in the background; a command never waits for the network.\n"
+        f"  See exactly what would be sent:  {cli} flush --dry-run\n"
+        f"  Turn it off:                     {cli} disable   (or set {app.env_disable}=1 or DO_NOT_TRACK=1)\n"
+        f"  Details:                         {app.docs_url}\n"
+        f"This notice is shown once.\n\n"
+    )
+
+
+def ensure_client_id(
+    app: "App", user: "dict[str, str] | None", environ: "Mapping[str, str]"
+) -> "tuple[str, bool] | None":
+    # The client id from the user file, creating it on first use. ``(id, created)`` or ``None``.
+    #
+    # Creation appends ``client_id=<uuid4>`` under an exclusive lock on the config file itself, re-reading it
+    # first, so several first commands started together agree on one id and exactly one of them creates it
+    # (and prints the notice).
+    cid = None if user is None else user.get("client_id")
+    if cid is not None and is_uuid4(cid):
+        return cid, False
+    path = user_config_path(app, environ)
+    make_dirs(os.path.dirname(path))
+    fd = os.open(path, _CONFIG_WRITE_FLAGS, 0o600)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONFIG_BYTES:
+            return None
+        if not take_lock(fd):
+            return None
+        data = os.pread(fd, MAX_CONFIG_BYTES + 1, 0)
+        values = parse(data)
+        if values is None or len(data) > MAX_CONFIG_BYTES:
+            return None
+        cid = values.get("client_id")
+        if cid is not None and is_uuid4(cid):
+            return cid, False
+        cid = uuid4()
+        prefix = "\n" if data and not data.endswith(b"\n") else ""
+        os.write(fd, f"{prefix}client_id={cid}\n".encode("ascii"))
+        return cid, True
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _int_setting(values: "dict[str, str] | None", key: "str", default: "int") -> "int":
+    raw = None if values is None else values.get(key)
+    if raw is None or not raw.isdigit():
+        return default
+    return max(1, int(raw))
+
+
+def record_event(
+    event: "str",
+    *,
+    app: "App",
+    notice: "bool" = False,
+    long_lived: "bool" = False,
+    environ: "Mapping[str, str] | None" = None,
+    now: "float | None" = None,
+) -> "bool":
+    # Record one event; see :func:`spool_reporter.record`. Raises on failure (the caller swallows).
+    env = os.environ if environ is None else environ
+    if env.get(FLUSHER_ENV) or not is_event_name(event):
+        return False
+    user, policy = read_inputs(app, env)
+    decision = decide(app, env, user, policy)
+    if not decision.enabled:
+        if decision.hard_off:
+            from ._spool import purge_if_present  # rare: someone said no and events are queued
+
+            purge_if_present(app, env)
+        return False
+    got = ensure_client_id(app, user, env)
+    if got is None:
+        return False
+    client_id, created = got
+    line = build_line(app, event, client_id, time.time() if now is None else now)
+    if created and notice:
+        sys.stderr.write(notice_text(app))
+        sys.stderr.flush()
+    if _truthy(env.get(app.env_debug)):
+        sys.stderr.write(f"[{app.env_debug}] {line.decode('ascii')}")
+        sys.stderr.flush()
+        return True
+    with Folder(state_dir(app, env), create=True) as folder:
+        size = append(
+            folder,
+            line,
+            max_events=_int_setting(user, "max_events", MAX_EVENTS),
+            max_bytes=_int_setting(user, "max_bytes", MAX_BYTES),
+        )
+        if has_destination(app, env, user, policy):
+            # Only then pay for importing the spawn logic (1.2 M instructions); it decides with a few stats.
+            from . import _spawn
+
+            _spawn.maybe_spawn(app, folder, size, long_lived=long_lived, environ=env, user=user, policy=policy)
+    return True
+
+
+def has_destination(
+    app: "App", env: "Mapping[str, str]", user: "dict[str, str] | None", policy: "dict[str, str] | None"
+) -> bool:
+    # The cheap check: something names an endpoint (the flusher validates it).
+    if env.get(app.env_endpoint, "").strip():
+        return True
+    return any(values is not None and values.get("endpoint", "").strip() for values in (user, policy))
