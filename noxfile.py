@@ -19,6 +19,15 @@ REPO = Path(__file__).resolve().parent
 TEST_DEPS = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "trustme>=1.1"]
 
 
+DJANGO_MATRIX = [
+    (python, django)
+    for python in PYTHONS
+    # Django 4.2 LTS and 5.2 LTS run on 3.10-3.13; 6.0 needs Python 3.12 or newer.
+    for django in (("4.2", "5.2") if python in ("3.10", "3.11") else ("5.2", "6.0"))
+]
+"""The (Python, Django) pairs of the ``django`` session; ``tests/integration/test_django.py`` installs that Django."""
+
+
 def _present(version: str) -> bool:
     return shutil.which(f"python{version}") is not None
 
@@ -27,7 +36,19 @@ def _present(version: str) -> bool:
 def tests(session: nox.Session) -> None:
     """The whole test suite on one Python (skipped where that Python is not installed)."""
     session.install(".", *TEST_DEPS)
-    session.run("pytest", *session.posargs, env={"PYTHONHASHSEED": "0"})
+    session.run("pytest", "-m", "not django", *session.posargs, env={"PYTHONHASHSEED": "0"})
+
+
+@nox.session
+@nox.parametrize(
+    ("python", "django"), DJANGO_MATRIX, ids=[f"{python}-django{django}" for python, django in DJANGO_MATRIX]
+)
+def django(session: nox.Session, django: str) -> None:
+    """Real Django commands in throw-away virtual environments with the built wheel (and an editable install)."""
+    # hatchling and editables: the tests build the wheel and the editable install without build isolation.
+    session.install(".", *TEST_DEPS, "hatchling>=1.25", "editables>=0.5")
+    env = {"PYTHONHASHSEED": "0", "SPOOL_REPORTER_TEST_DJANGO": django}
+    session.run("pytest", "-m", "django", "tests/integration", *session.posargs, env=env)
 
 
 @nox.session(python="3.11")
@@ -40,9 +61,9 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over the package."""
+    """mypy --strict over the package (and the top-level module its .pth imports)."""
     session.install("mypy>=1.13", ".")
-    session.run("mypy", "--strict", "spool_reporter")
+    session.run("mypy", "--strict", "spool_reporter", "_spool_reporter_arm.py")
 
 
 @nox.session(python="3.11")
@@ -56,7 +77,7 @@ def docs(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
     """Benchmarks: print the figures and assert the budgets (with a tolerance for a noisy 2-core machine)."""
-    session.install(".")
+    session.install(".[django]")
     env = {"PYTHONHASHSEED": "0"}
     for script in sorted((REPO / "benchmarks").glob("bench_*.py")):
         session.run("python", str(script), *session.posargs, env=env)
@@ -73,3 +94,12 @@ def demo(session: nox.Session) -> None:
     """The main job: a real Django command reported end to end, offline, in a temporary home."""
     session.install(".[django]")
     session.run("python", "scripts/demo.py", *session.posargs)
+
+
+@nox.session(python="3.11")
+def faults(session: nox.Session) -> None:
+    """The fault and load suite at the published trial counts (``SPOOL_FAULTS_SCALE=full``, ~15 min); when it
+    passes in full it rewrites ``docs/_generated/reliability.json``. The ``tests`` session runs it at CI size."""
+    session.install(".", *TEST_DEPS)
+    env = {"PYTHONHASHSEED": "0", "SPOOL_FAULTS_SCALE": "full"}
+    session.run("pytest", "tests/faults", *session.posargs, env=env)

@@ -1,7 +1,7 @@
 """Bootstrap for the README's two commands: needs only Python 3.10+ with venv and pip.
 
     python3 scripts/dev.py demo    # the main job: a real Django command reported end to end, offline
-    python3 scripts/dev.py test    # the whole test suite (every installed Python 3.10-3.13)
+    python3 scripts/dev.py test    # the whole test suite (every installed Python 3.10-3.13, real Django 4.2-6.0)
     python3 scripts/dev.py check   # lint, typecheck, docs and benchmarks (what CI adds)
 
 It creates ``.dev-venv/`` with nox in it (once), puts every installed ``python3.X`` on nox's path, and
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 VENV = REPO / ".dev-venv"
 SESSIONS = {
     "demo": ["demo"],
-    "test": ["tests"],
+    "test": ["tests", "django"],
     "check": ["lint", "typecheck", "docs", "bench"],
 }
 

@@ -528,18 +528,24 @@ def _imported(stderr: bytes) -> set[str]:
     return names
 
 
+BASELINE = """\
+import sys
+sys.argv = ["django-admin", "startproject", "p0"]
+from django.core.management import execute_from_command_line
+execute_from_command_line()
+"""
+
+
 def test_the_hook_path_imports_no_heavy_module(user: User) -> None:
-    user.ok("django-admin", "--version")  # create nothing; warm nothing
+    # The baseline is the same command unarmed (the .pth saw `-c`); the difference is what the hook imports.
+    base = user.ok("python", "-X", "importtime", "-c", BASELINE)
     on = user.ok("django-admin", "startproject", "p1", python_args=("-X", "importtime"))
     assert user.names() == ["startproject"]
-    off = user.ok("django-admin", "startproject", "p2", python_args=("-X", "importtime"), off=True)
-    added = _imported(on.stderr) - _imported(off.stderr)
-    assert added, "the importtime output was not parsed"
-    assert all(
-        name.startswith(("spool_reporter", "_spool_reporter_arm")) or name in {"__future__"} for name in added
-    ), sorted(added)
-    for name in FORBIDDEN_ON_HOOK_PATH:
-        assert name not in added, name
+    baseline = _imported(base.stderr)
+    assert "django.core.management" in baseline, "the importtime output was not parsed"
+    added = _imported(on.stderr) - baseline
+    assert {n for n in added if not n.startswith(("spool_reporter", "_spool_reporter_arm"))} <= {"__future__"}
+    assert not set(FORBIDDEN_ON_HOOK_PATH) & added
     quiet = user.ok("django-admin", "--version", python_args=("-X", "importtime"))
     ours = {n for n in _imported(quiet.stderr) if "spool_reporter" in n}
     assert ours == {"_spool_reporter_arm"}, ours
