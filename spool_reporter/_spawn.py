@@ -111,18 +111,9 @@ def nice_command() -> list[str]:
     return []
 
 
-def spawn_spec(
-    app: App,
-    *,
-    executable: str,
-    environ: Mapping[str, str],
-    cwd: str | None,
-    windows: bool,
-    safe_path: bool = False,
-    nice: list[str] | None = None,
-) -> SpawnSpec:
-    # How to start the flusher. safe_path adds -P (Python 3.11+: the working directory is not on sys.path).
-    args = [
+def flusher_args(app: App, executable: str, *, safe_path: bool, nice: list[str] | None = None) -> list[str]:
+    # The flusher's command line. safe_path adds -P (Python 3.11+: the working directory is not on sys.path).
+    return [
         *(nice or []),
         executable,
         *(["-P"] if safe_path else []),
@@ -137,6 +128,20 @@ def spawn_spec(
         "--env-prefix",
         app.env_prefix,
     ]
+
+
+def spawn_spec(
+    app: App,
+    *,
+    executable: str,
+    environ: Mapping[str, str],
+    cwd: str | None,
+    windows: bool,
+    safe_path: bool = False,
+    nice: list[str] | None = None,
+) -> SpawnSpec:
+    # How to start the flusher, as Popen arguments.
+    args = flusher_args(app, executable, safe_path=safe_path, nice=nice)
     env = dict(environ)
     env[FLUSHER_ENV] = "1"
     if windows:
