@@ -1,0 +1,379 @@
+"""Helpers of the fault suite: trial counts, the figures table, processes, the collector, /proc scans.
+
+Every loop here is bounded by a count and a time; nothing talks to anything but loopback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import re
+import selectors
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent.parent
+GENERATED = REPO / "docs" / "_generated"
+FIGURES_NAME = "reliability.json"
+
+SCALE_ENV = "SPOOL_FAULTS_SCALE"
+OUT_ENV = "SPOOL_FAULTS_OUT"
+
+SCALES: dict[str, dict[str, int]] = {
+    # Small but real: every fault injected, a few trials each (the CI step).
+    "ci": {
+        "load_writers": 6,
+        "load_events": 60,
+        "writer_kills": 25,
+        "flusher_kills": 25,
+        "point_kills": 3,
+        "behaviour_trials": 1,
+        "storm_commands": 120,
+        "storm_seconds": 20,
+        "storm_parallel": 3,
+        "fuzz_examples": 150,
+        "storage_reps": 1,
+    },
+    # The published figures (docs/_generated/reliability.json).
+    "full": {
+        "load_writers": 40,
+        "load_events": 500,
+        "writer_kills": 300,
+        "flusher_kills": 300,
+        "point_kills": 25,
+        "behaviour_trials": 5,
+        "storm_commands": 400,
+        "storm_seconds": 60,
+        "storm_parallel": 4,
+        "fuzz_examples": 2000,
+        "storage_reps": 3,
+    },
+}
+
+
+def scale_name() -> str:
+    name = os.environ.get(SCALE_ENV, "ci").strip().lower() or "ci"
+    if name not in SCALES:
+        raise ValueError(f"{SCALE_ENV} must be one of {', '.join(SCALES)}, got {name!r}")
+    return name
+
+
+def scale(key: str) -> int:
+    return SCALES[scale_name()][key]
+
+
+# --- the figures table ---------------------------------------------------------------------------------
+
+
+NA = "-"
+
+
+@dataclass
+class Figures:
+    """Rows of the reliability table, one per fault; written at the end of the session (see conftest)."""
+
+    rows: list[dict[str, object]] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+
+    def row(
+        self,
+        *,
+        fault: str,
+        injected: str,
+        trials: int,
+        recorded: int | None = None,
+        delivered: int | None = None,
+        lost: int | None = None,
+        duplicated: int | None = None,
+        worst_s: float | None = None,
+        checked: str = "",
+    ) -> None:
+        def n(value: int | None) -> object:
+            return NA if value is None else value
+
+        self.rows.append(
+            {
+                "fault": fault,
+                "how injected": injected,
+                "trials": trials,
+                "recorded": n(recorded),
+                "delivered": n(delivered),
+                "lost": n(lost),
+                "duplicated": n(duplicated),
+                "worst case": NA if worst_s is None else f"{worst_s:.3f} s",
+                "checked": checked,
+            }
+        )
+
+    def document(self, *, scale: str, elapsed: float) -> dict[str, object]:
+        return {
+            "name": "reliability",
+            "title": f"Fault suite: {len(self.rows)} faults, scale {scale!r}, {elapsed:.0f} s",
+            "command": "nox -s faults (SPOOL_FAULTS_SCALE=full pytest tests/faults)"
+            if scale == "full"
+            else f"SPOOL_FAULTS_SCALE={scale} pytest tests/faults",
+            "machine": machine(),
+            "figures": self.rows,
+        }
+
+
+def machine() -> dict[str, object]:
+    """The benchmarks' machine description (``benchmarks/_common.py``), so both pages read alike."""
+    common = REPO / "benchmarks" / "_common.py"
+    if common.exists():
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("_spool_bench_common", common)
+        if spec is not None and spec.loader is not None:
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return dict(module.machine())
+    return {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "system": f"{platform.system()} {platform.release()}",
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+# --- processes -----------------------------------------------------------------------------------------
+
+
+def python_cmd(code: str) -> list[str]:
+    import textwrap
+
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+def flusher_cmd() -> list[str]:
+    """The detached flusher exactly as the hook starts it (``_spawn.flusher_args``), for the Django app."""
+    from spool_reporter._app import django_app
+    from spool_reporter._spawn import flusher_args
+
+    return flusher_args(django_app(), sys.executable, safe_path=sys.version_info >= (3, 11))
+
+
+def cli_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "spool_reporter.cli", *args]
+
+
+def kill(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL ``proc`` if it still runs, and reap it (bounded)."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def read_line(proc: subprocess.Popen[str], timeout: float) -> str:
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    try:
+        if not sel.select(timeout):
+            raise AssertionError(f"no output from {proc.args!r} within {timeout}s")
+        return proc.stdout.readline()
+    finally:
+        sel.close()
+
+
+class Collector:
+    """``python -m spool_reporter.collector serve --port 0 --db PATH`` as a real process."""
+
+    def __init__(self, db: Path, env: dict[str, str]) -> None:
+        self.db = db
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "spool_reporter.collector", "serve", "--port", "0", "--db", str(db)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
+        line = read_line(self.proc, 30)
+        assert line.startswith("listening on http://127.0.0.1:"), line
+        self.url = line.split()[-1]
+        self.counts: dict[str, int] = {}
+
+    def stop(self) -> dict[str, int]:
+        """SIGTERM; the server prints its counters on the way out."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        out, err = self.proc.communicate(timeout=30)
+        m = re.search(
+            r"stopped after (\d+) requests: (\d+) events stored, (\d+) duplicates, (\d+) requests refused", out
+        )
+        assert m, (out, err)
+        self.counts = dict(zip(("requests", "stored", "duplicates", "refused"), map(int, m.groups()), strict=True))
+        return self.counts
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            kill(self.proc)
+        else:
+            self.proc.communicate(timeout=30)
+
+    def rows(self) -> list[tuple[str, str]]:
+        """``(event_id, event)`` of every stored row."""
+        if not self.db.exists():
+            return []
+        conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=30)
+        try:
+            return list(conn.execute("SELECT event_id, event FROM events"))
+        finally:
+            conn.close()
+
+
+@contextlib.contextmanager
+def collector(db: Path, env: dict[str, str]) -> Iterator[Collector]:
+    c = Collector(db, env)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+# --- /proc ---------------------------------------------------------------------------------------------
+
+
+def _read(path: str, limit: int = 1 << 16) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit)
+    except OSError:
+        return b""
+
+
+def flushers_of(marker: str) -> dict[int, str]:
+    """Flusher processes (``spool_reporter._flush`` on the command line) whose environment holds ``marker``
+    (our sandbox's HOME): ``{pid: state}``, with the one-letter state from ``/proc/<pid>/stat``."""
+    found = {}
+    needle = marker.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        cmdline = _read(f"/proc/{entry}/cmdline", 4096)
+        if b"spool_reporter._flush" not in cmdline:
+            continue
+        if needle not in _read(f"/proc/{entry}/environ"):
+            continue
+        found[int(entry)] = process_state(int(entry))
+    return found
+
+
+def process_state(pid: int) -> str:
+    raw = _read(f"/proc/{pid}/stat", 4096)
+    if not raw:
+        return "gone"
+    return raw.rpartition(b")")[2].split()[0].decode()
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []:
+        out += [int(c) for c in _read(f"/proc/{pid}/task/{task}/children").split()]
+    return out
+
+
+SLEEP_SYSCALLS = {"x86_64": {"35", "230"}, "aarch64": {"101", "115"}}
+"""``nanosleep`` / ``clock_nanosleep`` numbers: where a thread sits in ``time.sleep`` (filelock's retry)."""
+
+
+def main_thread_syscall(pid: int) -> str:
+    """The system call the main thread of ``pid`` is blocked in (a number), ``running`` or ``gone``."""
+    raw = _read(f"/proc/{pid}/task/{pid}/syscall", 256).split()
+    return raw[0].decode() if raw else "gone"
+
+
+# --- files ---------------------------------------------------------------------------------------------
+
+
+def tree(root: Path, *, skip: Path | None = None) -> dict[str, str]:
+    """Every entry under ``root`` (not following links) with type, mode, size, mtime and content hash."""
+    out: dict[str, str] = {}
+    if not root.exists():
+        return out
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        if skip is not None and Path(dirpath) == skip:
+            dirnames[:] = []
+            continue
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath) / name
+            if skip is not None and path == skip:
+                continue
+            st = path.lstat()
+            if stat.S_ISREG(st.st_mode):
+                with open(path, "rb") as f:
+                    digest = hashlib.sha256(f.read(1 << 24)).hexdigest()[:16]
+            elif stat.S_ISLNK(st.st_mode):
+                digest = "-> " + os.readlink(path)
+            else:
+                digest = stat.filemode(st.st_mode)[0]
+            out[str(path.relative_to(root))] = f"{stat.filemode(st.st_mode)} {st.st_size} {st.st_mtime_ns} {digest}"
+    return out
+
+
+def event_names(data: bytes) -> list[str]:
+    """``event`` of every valid spooled event in ``data``."""
+    from spool_reporter._spool import parse_lines
+
+    events, _ = parse_lines(data)
+    return [str(e["event"]) for e in events]
+
+
+def spool_bytes(folder: Path) -> bytes:
+    if not folder.is_dir():
+        return b""
+    parts = []
+    for path in [*sorted(folder.glob("seg-*.jsonl")), folder / "spool.jsonl"]:
+        if path.is_file() and not path.is_symlink():
+            parts.append(path.read_bytes())
+            if not parts[-1].endswith(b"\n"):
+                parts.append(b"\n")
+    return b"".join(parts)
+
+
+def counters(folder: Path) -> dict[str, int]:
+    path = folder / "counters"
+    if not path.is_file():
+        return {}
+    out = {}
+    for line in path.read_text().split():
+        k, _, v = line.partition("=")
+        if v.isascii() and v.isdigit():
+            out[k] = int(v)
+    return out
+
+
+def ids_in(data: bytes) -> list[str]:
+    from spool_reporter._spool import parse_lines
+
+    events, _ = parse_lines(data)
+    return [str(e["event_id"]) for e in events]
+
+
+def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.01) -> None:
+    """Poll ``predicate`` at most ``timeout`` seconds (and a bounded number of times)."""
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / interval) + 2):
+        if predicate():
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def dumps(obj: object) -> str:
+    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
