@@ -672,7 +672,8 @@ def run(
     progress: Callable[[int, int], None] | None = None,
 ) -> FlushResult:
     """One flusher run: check consent, claim the spool, send it, record the outcome. Never raises for network
-    or spool trouble (the result says what happened); bounded by the deadline.
+    or spool trouble (the result says what happened: an unusable spool folder is ``failed``); bounded by the
+    deadline.
 
     :param app: whose spool to send.
     :param foreground: the command line's ``flush``: wait (bounded) for a running flusher to finish instead
@@ -682,6 +683,23 @@ def run(
     :param progress: called as ``progress(handled, total)`` after each batch, in the calling thread.
     """
     env = os.environ if environ is None else environ
+    try:
+        return _run(app, foreground=foreground, env=env, ignore_backoff=ignore_backoff, progress=progress)
+    except OSError as exc:
+        # A read-only or missing home, a symlink planted for the folder or a file of ours: nothing can be
+        # claimed or recorded safely, so nothing is sent; the hook cannot append there either.
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        return FlushResult(outcome="failed", message=f"the spool folder is not usable: {reason}")
+
+
+def _run(
+    app: App,
+    *,
+    foreground: bool,
+    env: Mapping[str, str],
+    ignore_backoff: bool,
+    progress: Callable[[int, int], None] | None,
+) -> FlushResult:
     tune = _settings.tuning(env)
     path = _hook.state_dir(app, env)
     user, policy = _consent.read_inputs(app, env)

@@ -602,3 +602,21 @@ def test_server_helpers_only_bind_loopback() -> None:
         assert server.sock.getsockname()[0] == "127.0.0.1"
     finally:
         server.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink") or os.name == "nt", reason="POSIX symlinks")
+def test_unusable_spool_folder_is_a_failed_run_not_an_exception(sandbox: Sandbox, app: App) -> None:
+    fill(app, sandbox.env, 2)
+    folder = sandbox.state_dir(app)
+    elsewhere = folder.parent / "elsewhere"
+    folder.rename(elsewhere)
+    folder.symlink_to(elsewhere)  # planted: never followed
+    with serving() as server:
+        env = with_destination(sandbox.env, server.url())
+        for foreground in (True, False):
+            result = _flush.run(app, foreground=foreground, environ=env)
+            assert result.outcome == "failed"
+            assert "not usable" in result.message
+        assert _flush.plan(app, environ=env).events == []
+        assert not server.received
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["spool.jsonl", "spool.lock"]
