@@ -159,11 +159,15 @@ def python_cmd(code: str) -> list[str]:
 
 
 def flusher_cmd() -> list[str]:
-    """The detached flusher exactly as the hook starts it (``_spawn.flusher_args``), for the Django app."""
-    from spool_reporter._app import django_app
-    from spool_reporter._spawn import flusher_args
-
-    return flusher_args(django_app(), sys.executable, safe_path=sys.version_info >= (3, 11))
+    """The detached flusher as the hook starts it (``-P``: no working directory on ``sys.path``), for Django."""
+    return [
+        sys.executable,
+        *(["-P"] if sys.version_info >= (3, 11) else []),
+        "-m",
+        "spool_reporter._flush",
+        "--app",
+        "django",
+    ]
 
 
 def cli_cmd(*args: str) -> list[str]:
