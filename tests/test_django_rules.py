@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-import _spool_reporter_arm as arm_mod
 import spool_reporter.django as integration
+from spool_reporter.django import _arm as arm_mod
 from spool_reporter.django import _rules
 
 REPO = Path(__file__).resolve().parent.parent
@@ -126,7 +126,7 @@ def _run_pth_line(argv: list[str]) -> bool:
         return types.ModuleType(name)
 
     exec(PTH, {"__builtins__": {**vars(builtins), "__import__": fake_import}})
-    assert imported in ([], ["_spool_reporter_arm"])
+    assert imported in ([], ["spool_reporter.django._arm"])
     return bool(imported)
 
 

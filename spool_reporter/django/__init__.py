@@ -3,17 +3,16 @@
 Two ways in, one function:
 
 * **Installed means armed.** ``spool_reporter.pth`` (installed beside the package) checks ``sys.argv`` at
-  interpreter start and, only for ``django-admin``, ``manage.py`` and ``python -m django``, arms an import hook
-  (:mod:`spool_reporter.django._arm`) that wraps ``ManagementUtility.execute`` when Django's management package
-  is imported. The wrapper calls :func:`record_command`.
+  interpreter start and, only for ``django-admin``, ``manage.py`` and ``python -m django``, imports
+  ``spool_reporter.django._arm``, an import hook that wraps ``ManagementUtility.execute`` when Django's
+  management package is imported. The wrapper calls :func:`record_command`.
 * **In Django itself**, if DEP 8 landed in core, ``ManagementUtility.execute`` would call
   :func:`record_command` directly, just before running the command (docs/django.md shows the lines).
 
-Which commands count, and when, is decided by the one table in :mod:`spool_reporter.django._rules`.
-Importing this package is cheap (standard library only) and never imports Django.
+Which commands count, and when, is decided by the one table in ``spool_reporter/django/_rules.py``.
+Importing this package is cheap and never imports Django: every Django command does (see ``_arm.py`` on cost;
+hence no ``from __future__ import annotations`` here).
 """
-
-from __future__ import annotations
 
 import os
 import sys
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["record_command", "settings_debug"]
 
 
-def settings_debug() -> bool | None:
+def settings_debug() -> "bool | None":
     """``settings.DEBUG`` if the project's settings are loaded, else ``None``; never loads them, never raises.
 
     Settings that were never configured (``startproject``, ``startapp`` outside a project) and settings that
@@ -42,7 +41,7 @@ def settings_debug() -> bool | None:
         return None
 
 
-def record_command(argv: Sequence[str], *, debug: bool | None, environ: Mapping[str, str] | None = None) -> bool:
+def record_command(argv: "Sequence[str]", *, debug: "bool | None", environ: "Mapping[str, str] | None" = None) -> bool:
     """Record one event for this management command if the rules say so. Never raises.
 
     Call it once per ``ManagementUtility.execute``, after the settings were loaded and the subcommand was found,

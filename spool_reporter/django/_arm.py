@@ -15,16 +15,16 @@ Imported by ``spool_reporter.pth`` at interpreter start; see docs/django.md.
 # count), the settings have been loaded, and spool_reporter.django.record_command() decides and records, before
 # the command runs (so no spool descriptor is open when runserver's autoreloader spawns its child).
 #
-# Why a top-level module, outside the package: importing spool_reporter.django._arm would first run
-# spool_reporter/__init__.py and its imports, several times this module's cost, in every Django command,
-# recorded or not (`django-admin --version` may cost at most 1 % more instructions). For the same reason this
-# file imports nothing at module level but sys, does not use `from __future__ import annotations` (importing
-# __future__ alone costs more than this module), and explains itself in comments, which do not enlarge the .pyc.
+# Cost. Every Django command imports this module and its two parents (spool_reporter/__init__.py loads its
+# names lazily for this reason), and `django-admin --version` may cost at most 1 % more instructions. So these
+# three modules import nothing at module level but sys and os, do not use `from __future__ import annotations`
+# (importing __future__ alone costs ~0.7 M instructions; annotations that name typing-only types are quoted),
+# and explain themselves in comments, which do not enlarge the .pyc.
 #
 # Rules: never change Django's behaviour, whether reporting is on, off or broken. Every step catches its own
 # exceptions and falls back to doing nothing; exceptions raised by Django itself pass through untouched.
 # Idempotent: the .pth runs twice in a virtual environment (site.venv() and site.main() both process it), and
-# copies of this code coordinate through attributes, not identity. Do not log here.
+# the finder and the wrapper are recognised by attributes, not identity. Do not log here.
 
 import sys
 
@@ -58,8 +58,8 @@ MODULE_NAMES: "Final" = frozenset({"django", "django.__main__"})
 """The ``python -m`` module names that are Django commands."""
 
 REPORTED: "Final" = frozenset({"startproject", "startapp", "runserver"})
-"""A pre-filter: the names in ``spool_reporter.django._rules.COMMANDS``, so that every other command runs
-without importing anything of ours. The table is the authority; a unit test keeps the two equal."""
+"""A pre-filter: the names in ``_rules.COMMANDS``, so that every other command runs without importing more of
+ours. The table is the authority; a unit test keeps the two equal."""
 
 
 def wanted(argv: "Sequence[str]", orig_argv: "Sequence[str]") -> bool:
@@ -202,7 +202,7 @@ def _unwatch(utility: "Any", shadow: object) -> None:
 
 def _record(utility: "Any") -> None:
     try:
-        from spool_reporter.django import record_command, settings_debug
+        from . import record_command, settings_debug
 
         record_command(utility.argv, debug=settings_debug())
     except Exception:  # noqa: S110 - do not log here
