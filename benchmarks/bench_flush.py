@@ -34,7 +34,7 @@ from _common import publish
 
 from spool_reporter._app import django_app
 from spool_reporter._hook import FLUSHER_ENV, record_event
-from spool_reporter._spawn import nice_command, spawn_spec
+from spool_reporter._spawn import _popen, nice_command, spawn_spec
 
 WALL_BUDGET_S = 2.0  # MISSION.md: 10,000 queued events delivered
 RSS_BUDGET_MIB = 40.0  # MISSION.md: flusher peak RSS
@@ -114,16 +114,7 @@ def start_flusher(env: dict[str, str], folder: str, *, niced: bool) -> subproces
         safe_path=sys.version_info >= (3, 11),
         nice=nice_command() if niced else None,
     )
-    return subprocess.Popen(
-        spec.args,
-        env=spec.env,
-        cwd=spec.cwd,
-        start_new_session=True,
-        close_fds=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    return _popen(spec)
 
 
 def next_command() -> list[str]:

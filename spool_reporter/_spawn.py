@@ -29,6 +29,7 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Mapping
     from typing import Final
 
@@ -241,22 +242,41 @@ def maybe_spawn(
     return _start(spec)
 
 
-def _start(spec: SpawnSpec) -> bool:
+def _popen(spec: SpawnSpec) -> subprocess.Popen[bytes]:
     import subprocess
+
+    child = subprocess.Popen(
+        spec.args,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        close_fds=True,
+        cwd=spec.cwd,
+        env=spec.env,
+        start_new_session=spec.start_new_session,
+        creationflags=spec.creationflags,
+    )
+    if spec.start_new_session and sys.platform.startswith("linux"):
+        # Linux autogroups share the CPU between sessions before nice values count, so a new session at nice 19
+        # still takes a full share from the user's next command while Python starts (measured +50-90 ms on a
+        # busy 2-core machine). Renice the child's new group now, before its interpreter starts (Popen returns
+        # once `nice` is exec'd); the flusher does it again itself. A kernel without autogroups has no file.
+        try:
+            fd = os.open(f"/proc/{child.pid}/autogroup", os.O_WRONLY | _O_CLOEXEC)
+            try:
+                os.write(fd, b"19")
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+    return child
+
+
+def _start(spec: SpawnSpec) -> bool:
     import threading
 
     try:
-        child = subprocess.Popen(
-            spec.args,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            close_fds=True,
-            cwd=spec.cwd,
-            env=spec.env,
-            start_new_session=spec.start_new_session,
-            creationflags=spec.creationflags,
-        )
+        child = _popen(spec)
     except OSError:
         return False
     # Reap the child whenever it ends (no zombie under runserver); a daemon thread never delays the exit.

@@ -319,10 +319,28 @@ def test_spawned_flusher_starts_niced(sandbox: Sandbox, app: App, tmp_path: Path
         windows=False,
         nice=_spawn.nice_command(),
     )
-    spec.args[spec.args.index("-m") :] = ["-c", f"import os; open({str(out)!r}, 'w').write(str(os.nice(0)))"]
+    child = textwrap.dedent(
+        f"""
+        import os, time
+        group = "-"
+        if os.path.exists("/proc/self/autogroup"):
+            # The parent renices the new session's autogroup right after Popen returns (bounded wait).
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                group = open("/proc/self/autogroup").read().split()[-1]
+                if group == "19":
+                    break
+                time.sleep(0.01)
+        open({str(out)!r} + ".tmp", "w").write(f"{{os.nice(0)}} {{group}}")
+        os.rename({str(out)!r} + ".tmp", {str(out)!r})
+        """
+    )
+    spec.args[spec.args.index("-m") :] = ["-c", child]
     assert _spawn._start(spec)
-    wait_for(lambda: out.exists() and out.read_text() != "", what="the child")
-    assert out.read_text() == "19"
+    wait_for(out.exists, what="the child")
+    nice, group = out.read_text().split()
+    assert nice == "19"
+    assert group in ("19", "-")
 
 
 @POSIX
