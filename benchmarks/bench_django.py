@@ -1,0 +1,277 @@
+"""What the Django hook costs real commands: wall time, and instructions counted by callgrind.
+
+Three throw-away virtual environments with the same Django: **A** with the built spool_reporter wheel too,
+**B** with Django alone, and **C**, which is A after ``pip uninstall spool_reporter`` (Django and spool_reporter's
+dependencies). Each mode has its own home, so nothing one mode writes is seen by another.
+
+1. **Wall time** of ``django-admin startproject`` in A, interleaved round by round: reporting **on**,
+   **off** (``DJANGO_NO_ANALYTICS=1``), and on with a destination that **never answers** (a loopback socket
+   that accepts connections and never replies; a flusher started from the command must not hold it up).
+   Medians and ratios printed; the last two budgets below are asserted with a tolerance for a busy machine.
+2. **Instructions** (``valgrind --tool=callgrind --trace-children=no``, ``PYTHONHASHSEED=0``) of the command
+   process, which are repeatable where seconds are not:
+
+   * ``startproject`` in A, on versus off: ≤ 0.75 % more (≈ 1 ms of its ≈ 130 ms; MISSION.md);
+   * ``python -c pass`` in A versus C: ≤ 1.5 % more (the ``.pth`` line, for every Python process); A versus B
+     is printed too. The difference between the two is the dependencies' six entries in ``site-packages``,
+     which ``site`` lists twice at every start of a virtual environment (≈ 0.09 %), not the hook;
+   * ``django-admin --version`` in A versus B: ≤ 1 % more (arming, for Django commands that record nothing);
+   * ``startproject`` in A (on) versus B: printed, the whole cost of the integration for a recorded command.
+
+    python benchmarks/bench_django.py [--rounds N] [--django X.Y]
+
+Runs in about a minute (most of it valgrind); building the two environments needs pip and its cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import venv
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import publish
+
+REPO = Path(__file__).resolve().parent.parent
+STARTPROJECT_BUDGET = 0.75  # % more instructions, on vs off (MISSION.md: ≈ 1 ms of startproject)
+PASS_BUDGET = 1.5  # % more instructions for `python -c pass`, installed vs Django alone (MISSION.md)
+VERSION_BUDGET = 1.0  # % more instructions for `django-admin --version`, installed vs Django alone (MISSION.md)
+INSTRUCTION_TOLERANCE = 0.05  # percentage points: paths and random ids differ a little between runs
+WALL_BUDGET_MS = 1.0  # MISSION.md: added median wall time of startproject, on vs off
+WALL_TOLERANCE_MS = 4.0  # a noisy 2-core machine: interleaved medians still move by a few ms
+STRIP = ("DJANGO_", "SPOOL_REPORTER_", "XDG_", "PYTHON", "VIRTUAL_ENV")
+CI_MARKERS = ("CI", "CONTINUOUS_INTEGRATION", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "TF_BUILD", "JENKINS_URL")
+
+
+def pip(*args: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", "-q", *args],
+        check=True,
+        timeout=600,
+    )
+
+
+def make_venv(root: Path, *requirements: str, uninstall: str | None = None) -> Path:
+    venv.EnvBuilder(with_pip=False, clear=True, symlinks=True).create(root)
+    python = root / "bin" / "python"
+    pip("--python", str(python), "install", *requirements)
+    if uninstall:
+        pip("--python", str(python), "uninstall", "-y", uninstall)
+    return root / "bin"
+
+
+def home_env(root: Path, **extra: str) -> dict[str, str]:
+    """A fresh user: its own home and XDG folders; no CI markers, opt-outs or proxies from this process."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(STRIP) and k not in CI_MARKERS}
+    env = {k: v for k, v in env.items() if "proxy" not in k.lower() and k != "DO_NOT_TRACK"}
+    root.mkdir(parents=True)
+    env.update(
+        HOME=str(root),
+        XDG_CONFIG_HOME=str(root / "config"),
+        XDG_STATE_HOME=str(root / "state"),
+        XDG_CONFIG_DIRS=str(root / "etc-xdg"),
+        PYTHONHASHSEED="0",
+        **extra,
+    )
+    # Opted in explicitly, as `django-spool enable` does, so that the benchmark measures recording under CI too.
+    (root / "config").mkdir()
+    (root / "config" / "djangoanalytics").write_text("disable=0\n")
+    return env
+
+
+class SilentDestination:
+    """A loopback port that accepts connections and never answers (the worst destination there is)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.held.append(conn)  # read nothing, answer nothing, close nothing
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+        for conn in self.held:
+            conn.close()
+        self.sock.close()
+
+
+def startproject(bindir: Path, env: dict[str, str], cwd: Path, name: str) -> float:
+    """Wall time of one `django-admin startproject`, in ms (the project is removed afterwards)."""
+    t0 = time.perf_counter()
+    subprocess.run(
+        [str(bindir / "django-admin"), "startproject", name],
+        cwd=cwd,
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+    )
+    elapsed = (time.perf_counter() - t0) * 1000
+    shutil.rmtree(cwd / name)
+    return elapsed
+
+
+def instructions(argv: list[str], env: dict[str, str], cwd: Path, out: Path) -> int:
+    """Instructions executed by the process (not its children), from callgrind's ``summary:`` line."""
+    cmd = ["valgrind", "--tool=callgrind", "--trace-children=no", f"--callgrind-out-file={out}", *argv]
+    subprocess.run(cmd, cwd=cwd, env=env, check=True, timeout=300, capture_output=True)
+    for line in out.read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    msg = f"no summary in {out}"
+    raise RuntimeError(msg)
+
+
+def pct(a: int, b: int) -> float:
+    return (a - b) / b * 100
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=15, help="wall-time rounds (each runs all three modes)")
+    parser.add_argument("--django", default=None, help="Django series (default: the installed one, else 5.2)")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        print("bench_django: valgrind is required (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    series = args.django
+    if series is None:
+        spec = importlib.util.find_spec("django")
+        if spec is not None:
+            import django
+
+            series = f"{django.VERSION[0]}.{django.VERSION[1]}"
+        else:
+            series = "5.2"
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bench-django-") as tmp_name:
+        tmp = Path(tmp_name)
+        isolation = ["--no-build-isolation"] if importlib.util.find_spec("hatchling") else []
+        pip("wheel", "--no-deps", *isolation, "-w", str(tmp / "wheel"), str(REPO))
+        (wheel,) = (tmp / "wheel").glob("spool_reporter-*.whl")
+        a_bin = make_venv(tmp / "A", str(wheel), f"Django=={series}.*")
+        b_bin = make_venv(tmp / "B", f"Django=={series}.*")
+        c_bin = make_venv(tmp / "C", str(wheel), f"Django=={series}.*", uninstall="spool_reporter")
+        silent = SilentDestination()
+        try:
+            envs = {
+                "on": home_env(tmp / "home-on"),
+                "off": home_env(tmp / "home-off", DJANGO_NO_ANALYTICS="1"),
+                "never answers": home_env(
+                    tmp / "home-silent",
+                    DJANGO_ANALYTICS_ENDPOINT=f"http://127.0.0.1:{silent.port}/collect",
+                    DJANGO_ANALYTICS_TRANSPORT="json",
+                ),
+            }
+            work = tmp / "work"
+            work.mkdir()
+            for env in envs.values():  # first runs: client ids, notices, .pyc files of the projects' templates
+                startproject(a_bin, env, work, "warmup")
+            times: dict[str, list[float]] = {mode: [] for mode in envs}
+            for i in range(args.rounds):
+                order = list(envs) if i % 2 == 0 else list(reversed(envs))
+                for mode in order:
+                    times[mode].append(startproject(a_bin, envs[mode], work, f"p{i:04d}"))
+            wall = {mode: statistics.median(values) for mode, values in times.items()}
+        finally:
+            silent.close()
+
+        # Instructions. The same project name, cwd and path lengths in every run; warm homes.
+        cg = tmp / "cg"
+        cg.mkdir()
+        count: dict[str, int] = {}
+        for label, bindir, env in (("startproject on", a_bin, envs["on"]), ("startproject off", a_bin, envs["off"])):
+            count[label] = instructions([str(bindir / "django-admin"), "startproject", "proj"], env, work, cg / "x")
+            shutil.rmtree(work / "proj")
+        plain = home_env(tmp / "home-plain")
+        count["startproject Django alone"] = instructions(
+            [str(b_bin / "django-admin"), "startproject", "proj"], plain, work, cg / "x"
+        )
+        shutil.rmtree(work / "proj")
+        for label, bindir in (("installed", a_bin), ("Django alone", b_bin), ("uninstalled", c_bin)):
+            count[f"python -c pass {label}"] = instructions(
+                [str(bindir / "python"), "-c", "pass"], plain, work, cg / "x"
+            )
+            count[f"django-admin --version {label}"] = instructions(
+                [str(bindir / "django-admin"), "--version"], plain, work, cg / "x"
+            )
+    elapsed = time.monotonic() - started
+
+    print(f"bench_django: Django {series}, Python {sys.version.split()[0]}, {args.rounds} rounds, {elapsed:.0f} s")
+    print("  django-admin startproject, wall time (median of interleaved rounds):")
+    for mode, value in wall.items():
+        print(f"    {mode:<14} {value:8.2f} ms   ({value - wall['off']:+.2f} ms, {value / wall['off']:.3f}x off)")
+    print("  instructions (callgrind, the command process only):")
+    for label, value in count.items():
+        print(f"    {label:<36} {value:>14,}")
+    sp = pct(count["startproject on"], count["startproject off"])
+    sp_alone = pct(count["startproject on"], count["startproject Django alone"])
+    cpass = pct(count["python -c pass installed"], count["python -c pass uninstalled"])
+    cpass_alone = pct(count["python -c pass installed"], count["python -c pass Django alone"])
+    version = pct(count["django-admin --version installed"], count["django-admin --version Django alone"])
+    print(f"    startproject on vs off:          {sp:+.3f} %")
+    print(f"    startproject on vs Django alone: {sp_alone:+.3f} % (arming, imports and recording; printed only)")
+    print(f"    python -c pass vs uninstalled:   {cpass:+.3f} %")
+    print(f"    python -c pass vs Django alone:  {cpass_alone:+.3f} % (the dependencies' site-packages entries too)")
+    print(f"    django-admin --version:          {version:+.3f} %")
+    on_added = wall["on"] - wall["off"]
+    silent_added = wall["never answers"] - wall["on"]
+    budgets = [
+        {"what": "startproject instructions, on vs off", "measured": f"{sp:+.3f} %",
+         "budget": f"<= {STARTPROJECT_BUDGET} %", "ok": sp <= STARTPROJECT_BUDGET + INSTRUCTION_TOLERANCE},
+        {"what": "python -c pass instructions, installed vs uninstalled", "measured": f"{cpass:+.3f} %",
+         "budget": f"<= {PASS_BUDGET} %", "ok": cpass <= PASS_BUDGET + INSTRUCTION_TOLERANCE},
+        {"what": "django-admin --version instructions, installed vs Django alone", "measured": f"{version:+.3f} %",
+         "budget": f"<= {VERSION_BUDGET} %", "ok": version <= VERSION_BUDGET + INSTRUCTION_TOLERANCE},
+        {"what": "startproject median wall time added, on vs off", "measured": f"{on_added:+.2f} ms",
+         "budget": f"<= {WALL_BUDGET_MS} ms (+{WALL_TOLERANCE_MS} ms noise)",
+         "ok": on_added <= WALL_BUDGET_MS + WALL_TOLERANCE_MS},
+        {"what": "startproject median wall time, never-answering destination vs on", "measured":
+         f"{silent_added:+.2f} ms", "budget": f"<= 0 ms (+{WALL_TOLERANCE_MS} ms noise)",
+         "ok": silent_added <= WALL_TOLERANCE_MS},
+    ]  # fmt: skip
+    figures = {
+        "django": series,
+        "rounds": args.rounds,
+        "wall_ms": {mode: round(v, 3) for mode, v in wall.items()},
+        "instructions": count,
+        "percent": {
+            "startproject_on_vs_off": round(sp, 4),
+            "startproject_on_vs_django_alone": round(sp_alone, 4),
+            "python_c_pass": round(cpass, 4),
+            "python_c_pass_vs_django_alone": round(cpass_alone, 4),
+            "django_admin_version": round(version, 4),
+        },
+    }
+    ok = publish("django", "python benchmarks/bench_django.py", figures, budgets)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
