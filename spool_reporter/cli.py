@@ -92,6 +92,8 @@ def _locked(app: App, env: Mapping[str, str]) -> Iterator[_spool.Folder | None]:
             raise CommandError(
                 f"the spool is locked by another process (waited {LOCK_TIMEOUT:.0f} s); try again"
             ) from exc
+        except OSError as exc:  # a read-only file system, a planted symlink at the lock file, ...
+            raise CommandError(f"cannot lock the spool in {path}: {exc.strerror or exc}") from exc
         try:
             yield folder
         finally:
@@ -100,7 +102,12 @@ def _locked(app: App, env: Mapping[str, str]) -> Iterator[_spool.Folder | None]:
 
 def _purge(app: App, env: Mapping[str, str]) -> int:
     with _locked(app, env) as folder:
-        return 0 if folder is None else _spool.purge(folder)
+        if folder is None:
+            return 0
+        try:
+            return _spool.purge(folder)
+        except OSError as exc:
+            raise CommandError(f"cannot delete the queued events in {folder.path}: {exc.strerror or exc}") from exc
 
 
 def _spool_summary(app: App, env: Mapping[str, str]) -> dict[str, Any]:
@@ -407,6 +414,10 @@ def main(argv: Sequence[str] | None = None, *, app: App | None = None) -> int:
     except KeyboardInterrupt:
         _err("interrupted")
         return 130
+    except OSError as exc:
+        # The spool or config folders are unusable (read-only, missing, hostile): say so, never a traceback.
+        _err(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
+        return EXIT_FAILED
     except BrokenPipeError:
         return EXIT_FAILED
 
