@@ -13,6 +13,10 @@ The order, first match wins (docs/consent.md explains each rule):
 9. the system policy says ``default=off`` (opt-in mode)         -> off  ``policy:opt-in``
 10. otherwise (DEP 8's opt-out)                                 -> on   ``default``
 
+The system policy is the first ``<config_name>`` file found in the system configuration folders, in order
+(Linux: every entry of ``$XDG_CONFIG_DIRS``, default ``/etc/xdg``). ``disable=`` with an empty value or ``0``
+does not disable, in the policy as in the user file.
+
 The code lives in :mod:`spool_reporter._hot`, the one module the hook path imports; this module names it.
 It adds the wording ``status`` prints.
 """
@@ -28,7 +32,9 @@ from ._hot import (
     current,
     decide,
     policy_path,
+    policy_paths,
     read_inputs,
+    read_policy,
     user_config_path,
 )
 from ._hot import _truthy as _truthy  # noqa: PLC0414 - re-exported for the cold path
@@ -38,6 +44,8 @@ if TYPE_CHECKING:
     from typing import Final
 
 __all__ = [
+    "policy_paths",
+    "read_policy",
     "CI_VARIABLES",
     "Decision",
     "HARD_OFF_REASONS",

@@ -204,15 +204,20 @@ def user_config_dir(environ: "Mapping[str, str] | None" = None) -> "str":
     return os.path.join(_home(env), ".config")
 
 
-def site_config_dir(environ: "Mapping[str, str] | None" = None) -> "str":
-    # The first system-wide configuration folder, where a distributor ships its policy.
+def site_config_dirs(environ: "Mapping[str, str] | None" = None) -> "list[str]":
+    # Every system-wide configuration folder, in order of preference: platformdirs'
+    # site_config_dir(multipath=True), split. The XDG spec has several ($XDG_CONFIG_DIRS, e.g. Ubuntu's
+    # "/etc/xdg/xdg-ubuntu:/etc/xdg"); a distributor's policy may sit in any of them.
     env = os.environ if environ is None else environ
     if _WINDOWS:  # pragma: no cover - Windows
-        return _windows_folder(env, "PROGRAMDATA", "site_config_dir")
-    for entry in env.get("XDG_CONFIG_DIRS", "").split(os.pathsep):
-        if entry.startswith("/"):
-            return entry
-    return "/Library/Application Support" if _MACOS else "/etc/xdg"
+        return [_windows_folder(env, "PROGRAMDATA", "site_config_dir")]
+    dirs = [entry for entry in env.get("XDG_CONFIG_DIRS", "").split(os.pathsep) if entry.startswith("/")]
+    return dirs or ["/Library/Application Support" if _MACOS else "/etc/xdg"]
+
+
+def site_config_dir(environ: "Mapping[str, str] | None" = None) -> "str":
+    # The first system-wide configuration folder (platformdirs' site_config_dir()).
+    return site_config_dirs(environ)[0]
 
 
 def user_state_dir(appname: "str", environ: "Mapping[str, str] | None" = None) -> "str":
@@ -401,7 +406,7 @@ def decide(
         return off("env:DO_NOT_TRACK")
     if is_broken(policy):
         return off("policy:unreadable")
-    if policy is not None and policy.get("disable", "0").strip() != "0":
+    if policy is not None and policy.get("disable", "").strip() not in ("", "0"):
         return off("policy:disable")
     if is_broken(user):
         return off("user:unreadable")
@@ -423,16 +428,32 @@ def user_config_path(app: "App", environ: "Mapping[str, str] | None" = None) -> 
     return os.path.join(user_config_dir(environ), app.config_name)
 
 
+def policy_paths(app: "App", environ: "Mapping[str, str] | None" = None) -> "list[str]":
+    # Where a distributor's policy file may be, most preferred first (Linux: /etc/xdg/djangoanalytics).
+    return [os.path.join(d, app.config_name) for d in site_config_dirs(environ)]
+
+
+def read_policy(app: "App", environ: "Mapping[str, str] | None" = None) -> "tuple[str, dict[str, str] | None]":
+    # The first policy file that exists (its path and contents), like an XDG config lookup; else the most
+    # preferred path and None. One failed open per configured folder when there is none.
+    paths = policy_paths(app, environ)
+    for path in paths:
+        values = read(path)
+        if values is not None:
+            return path, values
+    return paths[0], None
+
+
 def policy_path(app: "App", environ: "Mapping[str, str] | None" = None) -> "str":
-    # The system policy file a distributor ships (Linux: ``/etc/xdg/djangoanalytics``).
-    return os.path.join(site_config_dir(environ), app.config_name)
+    # The policy file in effect, or where one would be looked for first.
+    return read_policy(app, environ)[0]
 
 
 def read_inputs(
     app: "App", environ: "Mapping[str, str] | None" = None
 ) -> "tuple[dict[str, str] | None, dict[str, str] | None]":
     # Read the user file and the policy file (each ``None``, a mapping, or ``BROKEN``).
-    return read(user_config_path(app, environ)), read(policy_path(app, environ))
+    return read(user_config_path(app, environ)), read_policy(app, environ)[1]
 
 
 def current(app: "App", environ: "Mapping[str, str] | None" = None) -> "Decision":

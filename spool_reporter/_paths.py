@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from ._hot import (
     site_config_dir,
+    site_config_dirs,
     user_config_dir,
     user_state_dir,
 )
 
 __all__ = [
+    "site_config_dirs",
     "site_config_dir",
     "user_config_dir",
     "user_state_dir",

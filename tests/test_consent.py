@@ -158,3 +158,20 @@ def test_symlinked_config_is_followed_for_reading(app: App, sandbox: Sandbox, tm
     sandbox.config_dir.mkdir(parents=True)
     sandbox.user_file(app).symlink_to(target)
     assert decide(app, sandbox.env) == d(False, "user:disable")
+
+
+def test_policy_is_found_in_any_xdg_config_dir(app: App, sandbox: Sandbox, tmp_path: Path) -> None:
+    first, second = tmp_path / "xdg-ubuntu", tmp_path / "xdg"
+    second.mkdir()
+    (second / app.config_name).write_text("disable=1\n")
+    env = {**sandbox.env, "XDG_CONFIG_DIRS": f"{first}{os.pathsep}{second}"}
+    assert decide(app, env) == d(False, "policy:disable")
+    first.mkdir()
+    (first / app.config_name).write_text("default=off\n")  # the more preferred folder wins
+    assert decide(app, env) == d(False, "policy:opt-in", OPT_IN)
+
+
+@pytest.mark.parametrize("value", ["", "0", " 0 "])
+def test_empty_or_zero_disable_does_not_disable(app: App, value: str) -> None:
+    assert pure_decide(app, {}, None, {"disable": value}) == d(True, "default")
+    assert pure_decide(app, {}, {"disable": value}, None).enabled

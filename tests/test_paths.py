@@ -67,3 +67,9 @@ def test_relative_home_is_treated_as_unset() -> None:
 
     expected = pwd.getpwuid(os.getuid()).pw_dir
     assert _paths.user_config_dir({"HOME": "relative-home"}) == os.path.join(expected, ".config")
+
+
+@pytest.mark.parametrize("patched_environ", ENVIRONMENTS, indirect=True)
+def test_site_config_dirs_match_platformdirs_multipath(patched_environ: dict[str, str]) -> None:
+    expected = platformdirs.PlatformDirs(multipath=True).site_config_dir.split(os.pathsep)
+    assert _paths.site_config_dirs() == expected
