@@ -994,7 +994,7 @@ def record_event(
     user, policy = read_inputs(app, env)
     decision = decide(app, env, user, policy)
     if not decision.enabled:
-        if decision.hard_off:
+        if decision.hard_off and _has_queued(state_dir(app, env)):
             from ._spool import purge_if_present  # rare: someone said no and events are queued
 
             purge_if_present(app, env)
@@ -1018,12 +1018,46 @@ def record_event(
             max_events=_int_setting(user, "max_events", MAX_EVENTS),
             max_bytes=_int_setting(user, "max_bytes", MAX_BYTES),
         )
-        if has_destination(app, env, user, policy):
-            # Only then pay for importing the spawn logic (1.2 M instructions); it decides with a few stats.
+        if (
+            has_destination(app, env, user, policy)
+            and not getattr(sys, "frozen", False)  # `python -m` cannot relaunch a frozen executable
+            and sys.executable
+            and due(folder, size, long_lived=long_lived, env=env, now=time.time())
+        ):
+            # Only now pay for importing the spawn logic (1.4 M instructions): a few stats decided it.
             from . import _spawn
 
-            _spawn.maybe_spawn(app, folder, size, long_lived=long_lived, environ=env, user=user, policy=policy)
+            _spawn.start(app, folder, env, time.time())
     return True
+
+
+# --- the spawn gate (docs/flusher.md): a flusher starts when (1) an endpoint is named, (2) the back-off on
+# disk has expired, (3) SPAWN_INTERVAL passed since the last spawn, unless the active spool is larger than
+# SPAWN_THRESHOLD_BYTES or the caller is long-lived (runserver), and (4) no flusher is running. The hook
+# decides it with three stats and a try-lock; _spawn does the spawning.
+
+# Held by the running flusher for its whole life (one at a time); like spool.lock, never deleted.
+FLUSHER_LOCK_NAME: "Final" = "flusher.lock"
+# Its mtime is the earliest time the next background flusher may start: the back-off, on disk.
+GATE_NAME: "Final" = "flush.notbefore"
+# Its mtime is when the hook last started a flusher.
+STAMP_NAME: "Final" = "flush.spawned"
+# A flusher costs ~100 ms of CPU that competes with the user's next command on a 2-core laptop (DESIGN
+# constraint 5), and events are not urgent: at most one spawn per 5 minutes from short commands.
+SPAWN_INTERVAL: "Final" = 300.0
+SPAWN_INTERVAL_ENV: "Final" = "SPOOL_REPORTER_SPAWN_INTERVAL"  # shortens it (tests); never lengthens it
+# An active spool this large (~150 events) starts a flusher regardless of the interval.
+SPAWN_THRESHOLD_BYTES: "Final" = 64 * 1024
+
+
+def _has_queued(path: "str") -> "bool":
+    # "Disabling also deletes everything queued": one scandir (or a failed open) when nothing is queued,
+    # before paying for the cold module that deletes.
+    try:
+        with os.scandir(path) as entries:
+            return any(entry.name.endswith(SEGMENT_SUFFIX) for entry in entries)
+    except OSError:
+        return False
 
 
 def has_destination(
@@ -1033,3 +1067,41 @@ def has_destination(
     if env.get(app.env_endpoint, "").strip():
         return True
     return any(values is not None and values.get("endpoint", "").strip() for values in (user, policy))
+
+
+def _interval(env: "Mapping[str, str]") -> "float":
+    raw = env.get(SPAWN_INTERVAL_ENV)
+    if raw:
+        try:
+            return min(SPAWN_INTERVAL, max(0.0, float(raw)))
+        except ValueError:
+            pass
+    return SPAWN_INTERVAL
+
+
+def _mtime(folder: "Folder", name: "str") -> "float | None":
+    try:
+        return folder.lstat(name).st_mtime
+    except OSError:
+        return None
+
+
+def _flusher_running(folder: "Folder") -> "bool":
+    fd = folder.open(FLUSHER_LOCK_NAME, _LOCK_FLAGS)
+    try:
+        return not _try_lock(fd)
+    finally:
+        os.close(fd)  # releases the probe's lock at once
+
+
+def due(folder: "Folder", active_size: "int", *, long_lived: "bool", env: "Mapping[str, str]", now: "float") -> "bool":
+    # Steps 2-4 above: back-off expired, interval passed (or not needed), no flusher running.
+    gate = _mtime(folder, GATE_NAME)
+    if gate is not None and gate > now:
+        return False
+    if not long_lived and active_size < SPAWN_THRESHOLD_BYTES:
+        stamp = _mtime(folder, STAMP_NAME)
+        # A stamp in the future (the clock was set back) counts as expired rather than blocking for long.
+        if stamp is not None and now - _interval(env) < stamp <= now + 60:
+            return False
+    return not _flusher_running(folder)

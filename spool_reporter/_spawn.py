@@ -27,6 +27,19 @@ import os
 import sys
 import time
 
+# The gate runs in the hook, so it lives in _hot (no second module to import for a "no"); named here too.
+from ._hot import (
+    FLUSHER_ENV,
+    FLUSHER_LOCK_NAME,
+    GATE_NAME,
+    SPAWN_INTERVAL,
+    SPAWN_INTERVAL_ENV,
+    SPAWN_THRESHOLD_BYTES,
+    STAMP_NAME,
+    due,
+    has_destination,
+)
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
@@ -36,21 +49,26 @@ if TYPE_CHECKING:
     from ._app import App
     from ._hot import Folder
 
-FLUSHER_ENV: Final = "SPOOL_REPORTER_FLUSHER"  # == _hook.FLUSHER_ENV (tests/test_spawn.py checks)
-
-# Held by the running flusher for its whole life (one at a time); like spool.lock, never deleted.
-FLUSHER_LOCK_NAME: Final = "flusher.lock"
-# Its mtime is the earliest time the next background flusher may start: the back-off, on disk.
-GATE_NAME: Final = "flush.notbefore"
-# Its mtime is when the hook last started a flusher.
-STAMP_NAME: Final = "flush.spawned"
-
-# A flusher costs ~100 ms of CPU that competes with the user's next command on a 2-core laptop (DESIGN
-# constraint 5), and events are not urgent: at most one spawn per 5 minutes from short commands.
-SPAWN_INTERVAL: Final = 300.0
-SPAWN_INTERVAL_ENV: Final = "SPOOL_REPORTER_SPAWN_INTERVAL"  # shortens it (tests); never lengthens it
-# An active spool this large (~150 events) starts a flusher regardless of the interval.
-SPAWN_THRESHOLD_BYTES: Final = 64 * 1024
+__all__ = [
+    "BELOW_NORMAL_PRIORITY_CLASS",
+    "CREATE_NEW_PROCESS_GROUP",
+    "CREATE_NO_WINDOW",
+    "FLUSHER_ENV",
+    "FLUSHER_LOCK_NAME",
+    "GATE_NAME",
+    "SPAWN_INTERVAL",
+    "SPAWN_INTERVAL_ENV",
+    "SPAWN_THRESHOLD_BYTES",
+    "STAMP_NAME",
+    "SpawnSpec",
+    "due",
+    "flusher_args",
+    "has_destination",
+    "maybe_spawn",
+    "nice_command",
+    "spawn_spec",
+    "start",
+]
 
 # Windows process creation flags (winbase.h), spelled out: subprocess defines them only on Windows.
 CREATE_NEW_PROCESS_GROUP: Final = 0x00000200
@@ -65,29 +83,6 @@ NICE_PATHS: Final = ("/usr/bin/nice", "/bin/nice")
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _TOUCH_FLAGS: Final = os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | getattr(os, "O_NONBLOCK", 0)
-_LOCK_FLAGS: Final = os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | getattr(os, "O_BINARY", 0)
-
-if sys.platform == "win32":  # pragma: no cover - Windows
-
-    def _try_lock(fd: int) -> bool:
-        import msvcrt
-
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # byte 0, as filelock.WindowsFileLock
-        except OSError:
-            return False
-        return True
-
-else:
-
-    def _try_lock(fd: int) -> bool:
-        import fcntl
-
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as filelock.UnixFileLock
-        except OSError:
-            return False
-        return True
 
 
 class SpawnSpec:
@@ -151,40 +146,6 @@ def spawn_spec(
     return SpawnSpec(args=args, env=env, cwd=cwd, start_new_session=True, creationflags=0)
 
 
-def has_destination(
-    app: App, env: Mapping[str, str], user: dict[str, str] | None, policy: dict[str, str] | None
-) -> bool:
-    # The cheap check: something names an endpoint (the flusher validates it, and says why in `status`).
-    if env.get(app.env_endpoint, "").strip():
-        return True
-    return any(values is not None and values.get("endpoint", "").strip() for values in (user, policy))
-
-
-def _interval(env: Mapping[str, str]) -> float:
-    raw = env.get(SPAWN_INTERVAL_ENV)
-    if raw:
-        try:
-            return min(SPAWN_INTERVAL, max(0.0, float(raw)))
-        except ValueError:
-            pass
-    return SPAWN_INTERVAL
-
-
-def _mtime(folder: Folder, name: str) -> float | None:
-    try:
-        return folder.lstat(name).st_mtime
-    except OSError:
-        return None
-
-
-def _flusher_running(folder: Folder) -> bool:
-    fd = folder.open(FLUSHER_LOCK_NAME, _LOCK_FLAGS)
-    try:
-        return not _try_lock(fd)
-    finally:
-        os.close(fd)  # releases the probe's lock at once
-
-
 def _touch(folder: Folder, name: str, when: float) -> None:
     fd = folder.open(name, _TOUCH_FLAGS)
     try:
@@ -194,19 +155,6 @@ def _touch(folder: Folder, name: str, when: float) -> None:
             os.utime(os.path.join(folder.path, name), (when, when))
     finally:
         os.close(fd)
-
-
-def due(folder: Folder, active_size: int, *, long_lived: bool, env: Mapping[str, str], now: float) -> bool:
-    # Steps 2-4 above: back-off expired, interval passed (or not needed), no flusher running.
-    gate = _mtime(folder, GATE_NAME)
-    if gate is not None and gate > now:
-        return False
-    if not long_lived and active_size < SPAWN_THRESHOLD_BYTES:
-        stamp = _mtime(folder, STAMP_NAME)
-        # A stamp in the future (the clock was set back) counts as expired rather than blocking for long.
-        if stamp is not None and now - _interval(env) < stamp <= now + 60:
-            return False
-    return not _flusher_running(folder)
 
 
 def maybe_spawn(
@@ -228,6 +176,11 @@ def maybe_spawn(
     now = time.time()
     if not due(folder, active_size, long_lived=long_lived, env=env, now=now):
         return False
+    return start(app, folder, env, now)
+
+
+def start(app: App, folder: Folder, env: Mapping[str, str], now: float) -> bool:
+    """Start a flusher now (the gate said yes): stamp the time, then spawn. The hook calls this directly."""
     _touch(folder, STAMP_NAME, now)
     windows = sys.platform == "win32"
     spec = spawn_spec(
