@@ -284,21 +284,7 @@ def _modes_ok(case: Case) -> list[str]:
 BOUNDS = {"record": 5.0, "flusher": DEADLINE + 2 + 3, "cli status": 5.0, "cli flush": 2 * DEADLINE + 3 + 3}
 BOUNDS["cli purge"] = 10.0 + 3  # cli.LOCK_TIMEOUT: purge waits that long for a busy spool lock, by design
 
-_SYMLINKS = KINDS[8]
-_RAISES = "_flush.run() lets the OSError out: exit 1, no back-off recorded"
-_TRACEBACK = "prints a traceback (an OSError from the spool lock or folder escapes)"
-KNOWN_BUGS: dict[tuple[str, str], str] = {
-    ("read-only home", "flusher"): _RAISES,
-    ("read-only home", "cli flush"): _TRACEBACK,
-    ("read-only home", "cli purge"): _TRACEBACK,
-    ("missing home", "flusher"): _RAISES,
-    ("missing home", "cli flush"): _TRACEBACK,
-    ("state folder is a symlink", "flusher"): _RAISES,
-    ("state folder is a symlink", "cli flush"): _TRACEBACK,
-    (_SYMLINKS, "flusher"): _RAISES,
-    (_SYMLINKS, "cli flush"): _TRACEBACK,
-    (_SYMLINKS, "cli purge"): _TRACEBACK,
-}
+KNOWN_BUGS: dict[tuple[str, str], str] = {}
 """``(fault, actor) -> what goes wrong``: reproduced on every run and shown in the figures; a fix makes the
 test fail until the entry is removed (like a strict xfail)."""
 
