@@ -39,6 +39,28 @@ from spool_reporter.collector import (
 from spool_reporter.collector._store import Store, iso_week
 from spool_reporter.collector._wire import BadRequest, parse_batch
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _close_every_store() -> Iterator[None]:
+    """Close every store these tests open (many open one inline): Python 3.13 warns about SQLite connections
+    left to the garbage collector, and ``filterwarnings = error`` then fails whichever later test happens
+    to trigger the collection."""
+    opened: list[Store] = []
+    original = Store.__init__
+
+    def tracking(self: Store, *args: object, **kwargs: object) -> None:
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+        opened.append(self)
+
+    Store.__init__ = tracking  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Store.__init__ = original  # type: ignore[method-assign]
+        for store in opened:
+            store.close()
+
+
 # -- helpers (also imported by test_collector_processes.py) -------------------------------------------------
 
 PROBE_UA = "PrivacyProbe/7.3 (collector-test; ua-3b9e1c)"

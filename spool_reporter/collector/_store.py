@@ -119,10 +119,14 @@ def iso_week(time_text: str) -> str | None:
 def connect(path: str) -> sqlite3.Connection:
     """A connection in autocommit mode (we write ``BEGIN``/``COMMIT`` ourselves) with our pragmas."""
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    # NORMAL is durable against a killed process in WAL mode; only a power cut can lose the last commits,
-    # and the clients keep their spool until they get a 2xx, so they would send those again.
-    conn.execute("PRAGMA synchronous = NORMAL")
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        # NORMAL is durable against a killed process in WAL mode; only a power cut can lose the last commits,
+        # and the clients keep their spool until they get a 2xx, so they would send those again.
+        conn.execute("PRAGMA synchronous = NORMAL")
+    except BaseException:
+        conn.close()  # e.g. "file is not a database": never leave the connection to the garbage collector
+        raise
     return conn
 
 
