@@ -357,7 +357,7 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # str.isdigit() alone accepts '²', which int() refuses
         return float(int(value[:12]))
     from email.utils import parsedate_to_datetime
 
@@ -452,7 +452,7 @@ class _Sender:
 def _cap(values: dict[str, str] | None, key: str, default: int) -> int:
     """A spool cap from the user file, read as the hook reads it (digits, at least 1; else the default)."""
     raw = None if values is None else values.get(key)
-    if raw is None or not raw.isdigit():
+    if raw is None or not (raw.isascii() and raw.isdigit()):
         return default
     return max(1, int(raw))
 

@@ -69,6 +69,9 @@ from ._hot import Folder as HotFolder
 from ._hot import _trusted_file as _trusted_file  # noqa: PLC0414 - re-exported for the cold path
 from ._hot import _try_lock as _try_lock  # noqa: PLC0414 - re-exported for the cold path
 
+REFUSED_NAME = "refused"
+"""One byte per event refused beside a busy lock past :data:`MAX_ASIDE` (see :func:`append_aside`)."""
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -91,6 +94,7 @@ __all__ = [
     "SEGMENT_BYTES",
     "SEGMENT_PREFIX",
     "SEGMENT_SUFFIX",
+    "REFUSED_NAME",
     "SpoolError",
     "add_counter",
     "append",
@@ -231,7 +235,7 @@ def segment_count(name: str) -> int | None:
     if not (name.startswith(SEGMENT_PREFIX) and name.endswith(SEGMENT_SUFFIX)):
         return None
     parts = name[len(SEGMENT_PREFIX) : -len(SEGMENT_SUFFIX)].split("-")
-    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+    if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts):
         return None
     return int(parts[2])
 
@@ -245,7 +249,7 @@ def add_counter(folder: HotFolder, key: str, amount: int) -> None:
     """Add ``amount`` to drop counter ``key`` in ``counters``. Caller holds the lock."""
     if amount <= 0:
         return
-    counts = read_counters(folder)
+    counts = _counters_file(folder)  # not read_counters: 'refused' lives in its own file
     counts[key] = counts.get(key, 0) + amount
     data = "".join(f"{k}={v}\n" for k, v in sorted(counts.items())).encode("ascii")
     fd = folder.open(COUNTERS_NAME, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
@@ -258,14 +262,25 @@ def add_counter(folder: HotFolder, key: str, amount: int) -> None:
         os.close(fd)
 
 
-def read_counters(folder: HotFolder) -> dict[str, int]:
-    """The drop counters; a damaged file reads as empty."""
+def _counters_file(folder: HotFolder) -> dict[str, int]:
     try:
         data = read_bytes(folder, COUNTERS_NAME, 4096)
     except OSError:
-        return {}
+        data = None
     values = parse(data or b"") or {}
-    return {k: int(v) for k, v in values.items() if v.isdigit()}
+    return {k: int(v) for k, v in values.items() if v.isascii() and v.isdigit()}
+
+
+def read_counters(folder: HotFolder) -> dict[str, int]:
+    """The drop counters, with ``refused`` (events turned away beside a busy lock); damage reads as empty."""
+    counts = _counters_file(folder)
+    try:
+        st = folder.lstat(REFUSED_NAME)
+    except OSError:
+        return counts
+    if _trusted_file(st) and st.st_size:
+        counts["refused"] = counts.get("refused", 0) + st.st_size
+    return counts
 
 
 def seal_active(folder: HotFolder) -> tuple[str, int] | None:
@@ -317,11 +332,19 @@ def append_aside(folder: HotFolder, line: bytes) -> int:
     Used when the lock stays busy past :data:`LOCK_WAIT_SECONDS` (a preempted holder on a loaded machine, or
     a process holding it forever): the command must not wait, and the event must not be lost. The line is
     written to a private temporary name (``O_EXCL``) and renamed to a segment name in one step, so the
-    flusher never sees it half-written. Beyond :data:`MAX_ASIDE` such files the event is dropped.
+    flusher never sees it half-written. Beyond :data:`MAX_ASIDE` such files the event is dropped, and
+    counted without the lock: one byte appended to :data:`REFUSED_NAME` (``O_APPEND`` writes of one byte
+    never interleave), whose size ``status`` shows as the ``refused`` drop count.
     Returns 0 (the active file was not touched).
     """
     present = names(folder)
     if sum(1 for n in present if n.endswith("-1" + SEGMENT_SUFFIX)) >= MAX_ASIDE:
+        fd = folder.open(REFUSED_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+        try:
+            if _trusted_file(os.fstat(fd)):
+                os.write(fd, b".")
+        finally:
+            os.close(fd)
         raise BlockingIOError("spool lock busy and too many aside segments")
     tmp = f".aside-{os.getpid()}-{os.urandom(4).hex()}.tmp"
     fd = folder.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY)

@@ -83,3 +83,17 @@ def test_app_rejects_or_accepts_cleanly(name: str, version: str) -> None:
     except ValueError:
         return
     assert app.version.replace(".", "").isdigit()
+
+
+def test_non_ascii_digits_are_not_numbers(tmp_path: object) -> None:
+    # str.isdigit() accepts '²' and '٣', which int() refuses: every numeric field read from disk or the
+    # network must say "not a number" rather than raise (the fault suite's fuzzing found four).
+    from spool_reporter._flush import parse_retry_after
+    from spool_reporter._hot import _int_setting
+
+    for text in ("²", "٣", "1²"):
+        assert segment_count(f"seg-{text}-1-1.jsonl") is None
+        assert segment_count(f"seg-1-1-{text}.jsonl") is None
+        assert parse_retry_after(text, 0.0) is None
+        assert _int_setting({"max_events": text}, "max_events", 7) == 7
+    assert parse("cap=²\n".encode()) == {"cap": "²"}

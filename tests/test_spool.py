@@ -352,3 +352,34 @@ def test_fifo_planted_at_the_spool_never_blocks(sandbox: Sandbox, app: App) -> N
     assert record("startproject", app=app, environ=sandbox.env)  # O_NONBLOCK: no reader needed
     assert stat.S_ISREG((folder / "spool.jsonl").stat().st_mode)
     assert [e["event"] for e in events_in(sandbox, app)] == ["startproject"]
+
+
+def test_refused_events_are_counted_without_the_lock(sandbox: Sandbox, app: App) -> None:
+    enable(sandbox, app)
+    assert record("startproject", app=app, environ=sandbox.env)
+    folder = sandbox.state_dir(app)
+    from spool_reporter._spool import MAX_ASIDE
+
+    for i in range(MAX_ASIDE):  # as many one-line segments as a lock held forever lets pile up
+        (folder / f"seg-{i:020d}-1-1.jsonl").write_bytes(b"")
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX);"
+         "print('held', flush=True); sys.stdin.read()",
+         str(folder / "spool.lock")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "held\n"
+        assert not record("startapp", app=app, environ=sandbox.env)
+        assert not record("startapp", app=app, environ=sandbox.env)
+    finally:
+        holder.kill()
+        holder.communicate(timeout=10)
+    with Folder(str(folder), create=False) as f:
+        assert read_counters(f) == {"refused": 2}
+        from spool_reporter._spool import add_counter
+
+        add_counter(f, "cap", 3)  # other counters never absorb (and so double) the refused count
+        assert read_counters(f) == {"cap": 3, "refused": 2}

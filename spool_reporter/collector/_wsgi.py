@@ -110,7 +110,7 @@ def _read_body(environ: Environ) -> bytes:
             raise _Refusal(411, "Content-Length required")
         length = None
     else:
-        if not length_text.isdigit() or len(length_text) > 18:
+        if not (length_text.isascii() and length_text.isdigit()) or len(length_text) > 18:
             raise _Refusal(400, "bad Content-Length")
         length = int(length_text)
         if length > MAX_BODY_BYTES:
