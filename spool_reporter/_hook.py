@@ -9,15 +9,16 @@ Everything here runs inside the user's command, so (docs/how-it-works.md):
 * it never raises and never prints, except the one-time notice and the ``<P>_ANALYTICS_DEBUG`` echo.
   Do not log here.
 
-The code lives in :mod:`spool_reporter._hot`, the one module the hook path imports; this module names it.
+The code lives in :mod:`spool_reporter._hot`, the one module the hook path imports (the first run also loads
+:mod:`spool_reporter._firstrun`); this module names it.
 """
 
 from __future__ import annotations
 
+from ._firstrun import notice_text
 from ._hot import (
     FLUSHER_ENV,
     ensure_client_id,
-    notice_text,
     record_event,
     state_dir,
 )

@@ -903,37 +903,13 @@ def append(folder: "Folder", line: "bytes", *, max_events: "int" = MAX_EVENTS, m
 
 # --- from _hook --------------------------------------------------------------------------------
 
-FLUSHER_ENV: "Final" = "SPOOL_REPORTER_FLUSHER"
-
 # Set in the flusher's environment: nothing is recorded from inside it or its children (no recursion).
-
-_CONFIG_WRITE_FLAGS: "Final" = (
-    os.O_RDWR
-    | os.O_APPEND
-    | os.O_CREAT
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-    | getattr(os, "O_NONBLOCK", 0)
-)
+FLUSHER_ENV: "Final" = "SPOOL_REPORTER_FLUSHER"
 
 
 def state_dir(app: "App", environ: "Mapping[str, str] | None" = None) -> "str":
     # The app's spool folder: ``<user state dir>/spool_reporter/<slug>``.
     return os.path.join(user_state_dir(STATE_APPNAME, environ), app.slug)
-
-
-def notice_text(app: "App") -> "str":
-    # The one-time notice printed on stderr with the first recorded event.
-    cli = app.cli_name
-    return (
-        f"\n{app.name} usage reporting is on (DEP 8). Commands such as startproject record one anonymous event:\n"
-        f"the command name, {app.name}/Python/OS versions and a random id; never paths, names or arguments.\n"
-        f"Events are sent later in the background; a command never waits for the network.\n"
-        f"  See exactly what would be sent:  {cli} flush --dry-run\n"
-        f"  Turn it off:                     {cli} disable   (or set {app.env_disable}=1 or DO_NOT_TRACK=1)\n"
-        f"  Details:                         {app.docs_url}\n"
-        f"This notice is shown once.\n\n"
-    )
 
 
 def ensure_client_id(
@@ -947,28 +923,9 @@ def ensure_client_id(
     cid = None if user is None else user.get("client_id")
     if cid is not None and is_uuid4(cid):
         return cid, False
-    path = user_config_path(app, environ)
-    make_dirs(os.path.dirname(path))
-    fd = os.open(path, _CONFIG_WRITE_FLAGS, 0o600)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONFIG_BYTES:
-            return None
-        if not take_lock(fd):
-            return None
-        data = os.pread(fd, MAX_CONFIG_BYTES + 1, 0)
-        values = parse(data)
-        if values is None or len(data) > MAX_CONFIG_BYTES:
-            return None
-        cid = values.get("client_id")
-        if cid is not None and is_uuid4(cid):
-            return cid, False
-        cid = uuid4()
-        prefix = "\n" if data and not data.endswith(b"\n") else ""
-        os.write(fd, f"{prefix}client_id={cid}\n".encode("ascii"))
-        return cid, True
-    finally:
-        os.close(fd)  # releases the lock
+    from ._firstrun import create_client_id  # first run only: not worth importing every time
+
+    return create_client_id(app, environ)
 
 
 def _int_setting(values: "dict[str, str] | None", key: "str", default: "int") -> "int":
@@ -1005,6 +962,8 @@ def record_event(
     client_id, created = got
     line = build_line(app, event, client_id, time.time() if now is None else now)
     if created and notice:
+        from ._firstrun import notice_text
+
         sys.stderr.write(notice_text(app))
         sys.stderr.flush()
     if _truthy(env.get(app.env_debug)):
