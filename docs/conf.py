@@ -17,7 +17,7 @@ from spool_reporter import __version__  # noqa: E402
 
 project = "spool_reporter"
 author = "spool_reporter developers"
-copyright = "spool_reporter developers"  # noqa: A001
+copyright = "spool_reporter developers"
 release = __version__
 version = ".".join(__version__.split(".")[:2])
 

@@ -57,12 +57,16 @@ def _help_environment(prog: str) -> Iterator[None]:
             sys.argv[0] = saved_argv0
 
 
-def walk(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser, str]]:
+def walk(
+    parser: argparse.ArgumentParser, path: tuple[str, ...]
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser, str]]:
     """``(command path, parser, one-line help)`` for ``parser`` and all its subparsers, depth first."""
     yield from _walk(parser, path, parser.description or "")
 
 
-def _walk(parser: argparse.ArgumentParser, path: tuple[str, ...], summary: str) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser, str]]:
+def _walk(
+    parser: argparse.ArgumentParser, path: tuple[str, ...], summary: str
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser, str]]:
     yield path, parser, summary
     for action in parser._actions:  # argparse has no public way to list subparsers
         if not isinstance(action, argparse._SubParsersAction):

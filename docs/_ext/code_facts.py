@@ -62,8 +62,13 @@ def generate_fixed_values(app: Sphinx, docname: str, options: dict[str, str]) ->
         try:
             value = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as exc:
-            logger.warning("code_facts: %s.%s is gone (%s); update docs/_ext/code_facts.py", module_name, attr,
-                           exc, location=docname)
+            logger.warning(
+                "code_facts: %s.%s is gone (%s); update docs/_ext/code_facts.py",
+                module_name,
+                attr,
+                exc,
+                location=docname,
+            )
             continue
         rows.append([what, fmt(value), f"`{module_name.rsplit('.', 1)[-1]}.{attr}`"])
     return table(["what", "value", "constant"], rows)

@@ -150,8 +150,14 @@ def _render_json(data: Any, path: Path, level: str) -> str:
         for b in budgets:
             if isinstance(b, dict):
                 met = b.get("ok")
-                rows.append([b.get("what", ""), b.get("measured", ""), b.get("budget", ""),
-                             "met" if met is True else "**not met**" if met is False else ""])
+                rows.append(
+                    [
+                        b.get("what", ""),
+                        b.get("measured", ""),
+                        b.get("budget", ""),
+                        "met" if met is True else "**not met**" if met is False else "",
+                    ]
+                )
         out.append("\nBudgets:\n" + table(["what", "measured", "budget", "result"], rows))
     rest = {k: v for k, v in data.items() if k not in known}
     if rest:
@@ -174,8 +180,10 @@ def generate_figures(app: Sphinx, docname: str, options: dict[str, str]) -> str:
     if GENERATED.is_dir():
         for path in sorted(GENERATED.iterdir()):
             name = path.name
-            if path.is_file() and any(fnmatch.fnmatch(name, p) for p in include) and not any(
-                fnmatch.fnmatch(name, p) for p in exclude
+            if (
+                path.is_file()
+                and any(fnmatch.fnmatch(name, p) for p in include)
+                and not any(fnmatch.fnmatch(name, p) for p in exclude)
             ):
                 files.append(path)
     if not files:

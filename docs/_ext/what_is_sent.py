@@ -1,4 +1,4 @@
-""""What is sent", generated from the code at build time.
+""" "What is sent", generated from the code at build time.
 
 Five generators (``ci-variables``, the list of CI markers from ``_consent.CI_VARIABLES``, lives here too):
 
@@ -88,7 +88,9 @@ def _docstring_table() -> dict[str, tuple[str, str]]:
             start = None
     rows: dict[str, tuple[str, str]] = {}
     for line in lines[rules[1] + 1 : rules[2]]:
-        cols = [line[a : (spans[k + 1][0] if k + 1 < len(spans) else len(line))].strip() for k, (a, _) in enumerate(spans)]
+        cols = [
+            line[a : (spans[k + 1][0] if k + 1 < len(spans) else len(line))].strip() for k, (a, _) in enumerate(spans)
+        ]
         if len(cols) >= 3 and cols[0]:
             rows[cols[0].strip("`")] = (cols[1], cols[2])
     return rows
@@ -110,12 +112,14 @@ def generate_fields(app: Sphinx, docname: str, options: dict[str, str]) -> str:
     fields = list(_event.FIELDS)
     for name in fields:
         if name not in documented:
-            logger.warning("what_is_sent: field %r is in _event.FIELDS but not in its docstring table", name,
-                           location=docname)
+            logger.warning(
+                "what_is_sent: field %r is in _event.FIELDS but not in its docstring table", name, location=docname
+            )
     for name in documented:
         if name not in fields:
-            logger.warning("what_is_sent: the _event docstring documents %r, which is not in FIELDS", name,
-                           location=docname)
+            logger.warning(
+                "what_is_sent: the _event docstring documents %r, which is not in FIELDS", name, location=docname
+            )
     example = _example_line()
     rows = []
     for name in fields:
@@ -190,10 +194,7 @@ def _prepare_home(home: Path, settings: dict[str, str]) -> dict[str, str]:
 
 def _run_dry_run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     # Exactly what the `django-spool` console script does: set argv, call main(), exit with its result.
-    code = (
-        "import sys; sys.argv[0] = 'django-spool'; "
-        "from spool_reporter.cli import main; sys.exit(main())"
-    )
+    code = "import sys; sys.argv[0] = 'django-spool'; from spool_reporter.cli import main; sys.exit(main())"
     return subprocess.run(
         [sys.executable, "-c", code, *DRY_RUN_ARGS],
         env=env,
@@ -234,8 +235,18 @@ def _render_request(number: int, total: int, request: Any) -> str:
     body = next((request[k] for k in ("body_json", "json", "body", "body_text") if k in request), None)
     if body is not None:
         out.append("\nBody:\n" + _body_block(body))
-    known = {"method", "url", "url_redacted", "headers", "body", "body_json", "json", "body_text", "events",
-             "event_count"}
+    known = {
+        "method",
+        "url",
+        "url_redacted",
+        "headers",
+        "body",
+        "body_json",
+        "json",
+        "body_text",
+        "events",
+        "event_count",
+    }
     rest = {k: v for k, v in request.items() if k not in known}
     if rest:
         out.append("\nAlso reported by the dry run:\n" + fenced(json.dumps(rest, indent=2), "json"))
@@ -249,7 +260,9 @@ def _render_destination(name: str, what: str, settings: dict[str, str], result: 
         return "".join([*out, fenced(json.dumps(result, indent=2), "json")])
     events = result.get("events")
     if isinstance(events, list):
-        names = ", ".join(f"`{e.get('name', e.get('event', '?'))}`" if isinstance(e, dict) else f"`{e}`" for e in events)
+        names = ", ".join(
+            f"`{e.get('name', e.get('event', '?'))}`" if isinstance(e, dict) else f"`{e}`" for e in events
+        )
         out.append(f"\nthe dry run found {len(events)} queued events ({names}) and would make these requests:\n")
     requests = result.get("requests")
     if isinstance(requests, list) and requests:
@@ -293,8 +306,9 @@ def generate_dry_run(app: Sphinx, docname: str, options: dict[str, str]) -> str:
             try:
                 proc = _run_dry_run(env)
             except subprocess.TimeoutExpired:
-                logger.warning("what_is_sent: %s (transport=%s) did not finish in 60 s", command, name,
-                               location=docname)
+                logger.warning(
+                    "what_is_sent: %s (transport=%s) did not finish in 60 s", command, name, location=docname
+                )
                 continue
         if proc.returncode == 2 and ("invalid choice" in proc.stderr or "unrecognized arguments" in proc.stderr):
             return note(
@@ -303,19 +317,31 @@ def generate_dry_run(app: Sphinx, docname: str, options: dict[str, str]) -> str:
                 "important",
             )
         if proc.returncode != 0:
-            logger.warning("what_is_sent: %s (transport=%s) exited %s: %s", command, name, proc.returncode,
-                           proc.stderr.strip()[-2000:], location=docname)
+            logger.warning(
+                "what_is_sent: %s (transport=%s) exited %s: %s",
+                command,
+                name,
+                proc.returncode,
+                proc.stderr.strip()[-2000:],
+                location=docname,
+            )
             continue
         try:
             result = json.loads(proc.stdout)
         except ValueError:
-            logger.warning("what_is_sent: %s (transport=%s) did not print JSON: %r", command, name,
-                           proc.stdout[:500], location=docname)
+            logger.warning(
+                "what_is_sent: %s (transport=%s) did not print JSON: %r",
+                command,
+                name,
+                proc.stdout[:500],
+                location=docname,
+            )
             continue
         leaked = [s for s in SECRETS if s in proc.stdout]
         if leaked:
-            logger.warning("what_is_sent: %s printed a secret unredacted (transport=%s)", command, name,
-                           location=docname)
+            logger.warning(
+                "what_is_sent: %s printed a secret unredacted (transport=%s)", command, name, location=docname
+            )
             continue
         out.append(_render_destination(name, what, settings, result))
     return "".join(out)
