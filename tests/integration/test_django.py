@@ -580,3 +580,22 @@ def test_editable_install_is_armed_too(sandbox: Sandbox, editable: Venv) -> None
     u.ok("python", "-m", "django", "startapp", "secretapp")
     assert u.names() == ["startproject", "startapp"]
     assert_private(u, "secretproject", "secretapp")
+
+
+def test_installed_console_script_works(dj: Venv, sandbox: Sandbox) -> None:
+    # `pip install .` gives a working `django-spool` (here: the built wheel in a fresh venv, not PYTHONPATH).
+    from spool_reporter._version import __version__
+
+    env = venv_env(sandbox.env, dj)
+    script = dj.bin / ("django-spool.exe" if os.name == "nt" else "django-spool")
+    version = subprocess.run(
+        [str(script), "--version"], check=False, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert (version.returncode, version.stdout, version.stderr) == (
+        0, f"django-spool (spool_reporter) {__version__}\n", ""
+    )  # fmt: skip
+    status = subprocess.run(
+        [str(script), "status", "--json"], check=False, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["reason"] == "default"
