@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Final
 
 from . import _consent, _hook, _settings, _spool
 from ._app import App
-from ._spawn import FLUSHER_LOCK_NAME, GATE_NAME
+from ._spawn import FLUSHER_LOCK_FD_ENV, FLUSHER_LOCK_NAME, GATE_NAME
 from .transports import Batch, Event, Request, transport_for
 
 if TYPE_CHECKING:
@@ -729,6 +729,22 @@ def _run(
                 with contextlib.suppress(OSError):
                     _touch(folder, GATE_NAME, _now() + min(NO_ENDPOINT_RETRY, tune.backoff_cap))
             return FlushResult(outcome="no-endpoint", remaining=_spool.count_queued(folder), message=resolved.reason)
+        inherited = None if foreground else _inherited_lock(env, path)
+        if inherited is not None:  # started by the hook, which handed over flusher.lock already locked
+            try:
+                return _run_locked(
+                    app=app,
+                    folder=folder,
+                    env=env,
+                    user=user,
+                    destination=resolved.destination,
+                    tune=tune,
+                    deadline=time.monotonic() + tune.deadline,
+                    ignore_backoff=ignore_backoff,
+                    progress=progress,
+                )
+            finally:
+                os.close(inherited)
         import filelock
 
         wait = tune.deadline + WATCHDOG_GRACE + 1 if foreground else 0
@@ -754,6 +770,26 @@ def _run(
             )
         finally:
             flusher_lock.release()
+
+
+def _inherited_lock(env: Mapping[str, str], path: str) -> int | None:
+    """The locked ``flusher.lock`` descriptor the hook handed over, if it really is that (same file, still
+    locked by this process); else ``None`` and the flusher takes the lock itself."""
+    raw = env.get(FLUSHER_LOCK_FD_ENV, "")
+    if not (raw.isascii() and raw.isdigit()):
+        return None
+    fd = int(raw)
+    try:
+        st = os.fstat(fd)
+        ours = os.stat(os.path.join(path, FLUSHER_LOCK_NAME), follow_symlinks=False)
+        if (st.st_dev, st.st_ino) != (ours.st_dev, ours.st_ino):
+            return None
+        # Re-locking through the same open file description succeeds only if we (the description) hold it.
+        if not _spool._try_lock(fd):
+            return None
+    except OSError:
+        return None
+    return fd
 
 
 def _run_locked(

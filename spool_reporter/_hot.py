@@ -981,12 +981,18 @@ def record_event(
             has_destination(app, env, user, policy)
             and not getattr(sys, "frozen", False)  # `python -m` cannot relaunch a frozen executable
             and sys.executable
-            and due(folder, size, long_lived=long_lived, env=env, now=time.time())
+            and gate_open(folder, size, long_lived=long_lived, env=env, now=time.time())
         ):
-            # Only now pay for importing the spawn logic (1.4 M instructions): a few stats decided it.
-            from . import _spawn
+            lock = claim_flusher_lock(folder)  # None: a flusher is running
+            if lock is not None:
+                try:
+                    # Only now pay for importing the spawn logic (1.4 M instructions); the child inherits
+                    # the lock, so no second flusher can start while this one is still starting up.
+                    from . import _spawn
 
-            _spawn.start(app, folder, env, time.time())
+                    _spawn.start(app, folder, env, time.time(), lock_fd=lock)
+                finally:
+                    os.close(lock)
     return True
 
 
@@ -997,6 +1003,8 @@ def record_event(
 
 # Held by the running flusher for its whole life (one at a time); like spool.lock, never deleted.
 FLUSHER_LOCK_NAME: "Final" = "flusher.lock"
+# The descriptor number of flusher.lock, already locked, handed to a flusher the hook starts.
+FLUSHER_LOCK_FD_ENV: "Final" = "SPOOL_REPORTER_FLUSHER_LOCK_FD"
 # Its mtime is the earliest time the next background flusher may start: the back-off, on disk.
 GATE_NAME: "Final" = "flush.notbefore"
 # Its mtime is when the hook last started a flusher.
@@ -1047,16 +1055,29 @@ def _mtime(folder: "Folder", name: "str") -> "float | None":
         return None
 
 
-def _flusher_running(folder: "Folder") -> "bool":
+def claim_flusher_lock(folder: "Folder") -> "int | None":
+    # Take flusher.lock (flock, like filelock) and return the descriptor, or None if a flusher holds it. A
+    # child that inherits the descriptor holds the same lock (flock belongs to the open file description)
+    # from its first instruction: the hook hands it over, so there is no start-up window for a second one.
     fd = folder.open(FLUSHER_LOCK_NAME, _LOCK_FLAGS)
-    try:
-        return not _try_lock(fd)
-    finally:
-        os.close(fd)  # releases the probe's lock at once
+    if _try_lock(fd):
+        return fd
+    os.close(fd)
+    return None
 
 
-def due(folder: "Folder", active_size: "int", *, long_lived: "bool", env: "Mapping[str, str]", now: "float") -> "bool":
-    # Steps 2-4 above: back-off expired, interval passed (or not needed), no flusher running.
+def _flusher_running(folder: "Folder") -> "bool":
+    fd = claim_flusher_lock(folder)
+    if fd is None:
+        return True
+    os.close(fd)  # releases the probe's lock at once
+    return False
+
+
+def gate_open(
+    folder: "Folder", active_size: "int", *, long_lived: "bool", env: "Mapping[str, str]", now: "float"
+) -> "bool":
+    # Steps 2-3 above: back-off expired, interval passed (or not needed).
     gate = _mtime(folder, GATE_NAME)
     if gate is not None and gate > now:
         return False
@@ -1064,11 +1085,15 @@ def due(folder: "Folder", active_size: "int", *, long_lived: "bool", env: "Mappi
     # A stamp in the future (the clock was set back) counts as expired rather than blocking for long.
     if stamp is not None and stamp <= now + 60:
         interval = _interval(env)
-        # Even a long-lived command or a large spool waits SPAWN_GAP after a spawn: the new flusher needs
-        # ~0.2 s to start and take flusher.lock, and the try-lock below cannot see it before then (the fault
-        # suite's storm started 20 flushers for 7 sends without this).
+        # Even a long-lived command or a large spool waits SPAWN_GAP after a spawn: cheap insurance on top of
+        # the lock hand-over (the fault suite's storm once started 20 flushers for 7 sends).
         if now - min(SPAWN_GAP, interval) < stamp:
             return False
         if not long_lived and active_size < SPAWN_THRESHOLD_BYTES and now - interval < stamp:
             return False
-    return not _flusher_running(folder)
+    return True
+
+
+def due(folder: "Folder", active_size: "int", *, long_lived: "bool", env: "Mapping[str, str]", now: "float") -> "bool":
+    # Steps 2-4 above: back-off expired, interval passed (or not needed), no flusher running.
+    return gate_open(folder, active_size, long_lived=long_lived, env=env, now=now) and not _flusher_running(folder)

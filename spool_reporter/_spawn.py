@@ -30,6 +30,7 @@ import time
 # The gate runs in the hook, so it lives in _hot (no second module to import for a "no"); named here too.
 from ._hot import (
     FLUSHER_ENV,
+    FLUSHER_LOCK_FD_ENV,
     FLUSHER_LOCK_NAME,
     GATE_NAME,
     SPAWN_GAP,
@@ -37,7 +38,9 @@ from ._hot import (
     SPAWN_INTERVAL_ENV,
     SPAWN_THRESHOLD_BYTES,
     STAMP_NAME,
+    claim_flusher_lock,
     due,
+    gate_open,
     has_destination,
 )
 
@@ -55,6 +58,7 @@ __all__ = [
     "CREATE_NEW_PROCESS_GROUP",
     "CREATE_NO_WINDOW",
     "FLUSHER_ENV",
+    "FLUSHER_LOCK_FD_ENV",
     "FLUSHER_LOCK_NAME",
     "GATE_NAME",
     "SPAWN_INTERVAL",
@@ -89,16 +93,24 @@ _TOUCH_FLAGS: Final = os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | geta
 
 class SpawnSpec:
     # Everything subprocess.Popen is given, computed by the pure spawn_spec() so tests check every platform.
-    __slots__ = ("args", "creationflags", "cwd", "env", "start_new_session")
+    __slots__ = ("args", "creationflags", "cwd", "env", "pass_fds", "start_new_session")
 
     def __init__(
-        self, *, args: list[str], env: dict[str, str], cwd: str | None, start_new_session: bool, creationflags: int
+        self,
+        *,
+        args: list[str],
+        env: dict[str, str],
+        cwd: str | None,
+        start_new_session: bool,
+        creationflags: int,
+        pass_fds: tuple[int, ...] = (),
     ) -> None:
         self.args = args
         self.env = env
         self.cwd = cwd
         self.start_new_session = start_new_session
         self.creationflags = creationflags
+        self.pass_fds = pass_fds
 
 
 def nice_command() -> list[str]:
@@ -137,15 +149,21 @@ def spawn_spec(
     windows: bool,
     safe_path: bool = False,
     nice: list[str] | None = None,
+    lock_fd: int | None = None,
 ) -> SpawnSpec:
-    # How to start the flusher, as Popen arguments.
+    # How to start the flusher, as Popen arguments. On POSIX the already-locked flusher.lock descriptor is
+    # passed on (the only descriptor the child inherits); Windows locks are not inherited that way.
     args = flusher_args(app, executable, safe_path=safe_path, nice=nice)
     env = dict(environ)
     env[FLUSHER_ENV] = "1"
+    env.pop(FLUSHER_LOCK_FD_ENV, None)
     if windows:
         flags = CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW | BELOW_NORMAL_PRIORITY_CLASS
         return SpawnSpec(args=args, env=env, cwd=cwd, start_new_session=False, creationflags=flags)
-    return SpawnSpec(args=args, env=env, cwd=cwd, start_new_session=True, creationflags=0)
+    if lock_fd is not None:
+        env[FLUSHER_LOCK_FD_ENV] = str(lock_fd)
+    pass_fds = () if lock_fd is None else (lock_fd,)
+    return SpawnSpec(args=args, env=env, cwd=cwd, start_new_session=True, creationflags=0, pass_fds=pass_fds)
 
 
 def _touch(folder: Folder, name: str, when: float) -> None:
@@ -176,13 +194,20 @@ def maybe_spawn(
     if not has_destination(app, env, user, policy):
         return False
     now = time.time()
-    if not due(folder, active_size, long_lived=long_lived, env=env, now=now):
+    if not gate_open(folder, active_size, long_lived=long_lived, env=env, now=now):
         return False
-    return start(app, folder, env, now)
+    lock = claim_flusher_lock(folder)
+    if lock is None:  # a flusher is running
+        return False
+    try:
+        return start(app, folder, env, now, lock_fd=lock)
+    finally:
+        os.close(lock)
 
 
-def start(app: App, folder: Folder, env: Mapping[str, str], now: float) -> bool:
-    """Start a flusher now (the gate said yes): stamp the time, then spawn. The hook calls this directly."""
+def start(app: App, folder: Folder, env: Mapping[str, str], now: float, *, lock_fd: int | None = None) -> bool:
+    """Start a flusher now (the gate said yes): stamp the time, then spawn. The hook calls this directly,
+    holding ``flusher.lock`` as ``lock_fd``, which the child inherits (the caller closes its copy)."""
     _touch(folder, STAMP_NAME, now)
     windows = sys.platform == "win32"
     spec = spawn_spec(
@@ -193,6 +218,7 @@ def start(app: App, folder: Folder, env: Mapping[str, str], now: float) -> bool:
         windows=windows,
         safe_path=sys.version_info >= (3, 11),
         nice=None if windows else nice_command(),
+        lock_fd=None if windows else lock_fd,
     )
     return _start(spec)
 
@@ -206,6 +232,7 @@ def _popen(spec: SpawnSpec) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         close_fds=True,
+        pass_fds=spec.pass_fds,
         cwd=spec.cwd,
         env=spec.env,
         start_new_session=spec.start_new_session,

@@ -15,7 +15,7 @@ import pytest
 from conftest import Sandbox
 from servers import fill, serving, wait_for, with_destination
 
-from spool_reporter import App, _flush, _hook, _spawn, _spool
+from spool_reporter import App, _flush, _hook, _hot, _spawn, _spool
 
 POSIX = pytest.mark.skipif(sys.platform == "win32", reason="POSIX process semantics")
 
@@ -401,3 +401,21 @@ def test_real_django_admin_startproject_piped_to_cat(sandbox: Sandbox, app: App,
         assert took < 3.0  # ...the pipeline did not (django-admin startproject alone takes ~0.15-1 s)
     wait_for(lambda: flusher_idle(sandbox, app), what="the flusher to exit")
     assert len(sandbox.spool_lines(app)) == 1
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="flock descriptors are handed over on POSIX")
+def test_the_child_holds_the_flusher_lock_from_birth(sandbox: Sandbox, app: App) -> None:
+    # No start-up window: the moment maybe_spawn returns, before the child has run a line of Python, the lock
+    # is held (by the inherited descriptor), so no second flusher can be started or take it.
+    with serving("silent") as server:
+        env = with_destination(sandbox.env, server.url())
+        fill(app, sandbox.env, 1)
+        with _spool.Folder(str(sandbox.state_dir(app)), create=True) as folder:
+            assert _spawn.maybe_spawn(app, folder, 100, long_lived=True, environ=env)
+            assert _spawn.claim_flusher_lock(folder) is None
+            lock = filelock.FileLock(str(sandbox.state_dir(app) / _spawn.FLUSHER_LOCK_NAME))
+            with pytest.raises(filelock.Timeout):
+                lock.acquire(timeout=0.1)
+        wait_for(lambda: server.received, timeout=20, what="the flusher's request")  # it sends under that lock
+    with _spool.Folder(str(sandbox.state_dir(app)), create=False) as folder:
+        wait_for(lambda: not _hot._flusher_running(folder), timeout=30, what="the flusher to finish")
