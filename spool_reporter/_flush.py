@@ -30,6 +30,7 @@ and short-lived ``tmp-*`` files.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import random
@@ -731,32 +732,20 @@ def _run(
             return FlushResult(outcome="no-endpoint", remaining=_spool.count_queued(folder), message=resolved.reason)
         inherited = None if foreground else _inherited_lock(env, path)
         if inherited is not None:  # started by the hook, which handed over flusher.lock already locked
-            try:
-                return _run_locked(
-                    app=app,
-                    folder=folder,
-                    env=env,
-                    user=user,
-                    destination=resolved.destination,
-                    tune=tune,
-                    deadline=time.monotonic() + tune.deadline,
-                    ignore_backoff=ignore_backoff,
-                    progress=progress,
-                )
-            finally:
-                os.close(inherited)
-        import filelock
+            release: Callable[[], None] = functools.partial(os.close, inherited)
+        else:
+            import filelock
 
-        wait = tune.deadline + WATCHDOG_GRACE + 1 if foreground else 0
-        flusher_lock = filelock.FileLock(
-            os.path.join(path, FLUSHER_LOCK_NAME), mode=_spool.FILE_MODE, timeout=wait, blocking=foreground
-        )
+            wait = tune.deadline + WATCHDOG_GRACE + 1 if foreground else 0
+            flusher_lock = filelock.FileLock(
+                os.path.join(path, FLUSHER_LOCK_NAME), mode=_spool.FILE_MODE, timeout=wait, blocking=foreground
+            )
+            try:
+                flusher_lock.acquire()
+            except filelock.Timeout:
+                return FlushResult(outcome="busy", message="another flusher is running")
+            release = flusher_lock.release
         try:
-            flusher_lock.acquire()
-        except filelock.Timeout:
-            return FlushResult(outcome="busy", message="another flusher is running")
-        try:
-            deadline = time.monotonic() + tune.deadline
             return _run_locked(
                 app=app,
                 folder=folder,
@@ -764,12 +753,12 @@ def _run(
                 user=user,
                 destination=resolved.destination,
                 tune=tune,
-                deadline=deadline,
+                deadline=time.monotonic() + tune.deadline,
                 ignore_backoff=ignore_backoff,
                 progress=progress,
             )
         finally:
-            flusher_lock.release()
+            release()
 
 
 def _inherited_lock(env: Mapping[str, str], path: str) -> int | None:
