@@ -9,7 +9,6 @@ import contextlib
 import hashlib
 import json
 import os
-import platform
 import re
 import selectors
 import signal
@@ -130,23 +129,14 @@ class Figures:
 
 def machine() -> dict[str, object]:
     """The benchmarks' machine description (``benchmarks/_common.py``), so both pages read alike."""
-    common = REPO / "benchmarks" / "_common.py"
-    if common.exists():
-        import importlib.util
+    import importlib.util
 
-        spec = importlib.util.spec_from_file_location("_spool_bench_common", common)
-        if spec is not None and spec.loader is not None:
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            return dict(module.machine())
-    return {
-        "python": platform.python_version(),
-        "implementation": platform.python_implementation(),
-        "system": f"{platform.system()} {platform.release()}",
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    spec = importlib.util.spec_from_file_location("_spool_bench_common", REPO / "benchmarks" / "_common.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return dict(module.machine())
 
 
 # --- processes -----------------------------------------------------------------------------------------
