@@ -51,19 +51,24 @@ class Received:
         return json.loads(self.body)
 
 
+def _receive(conn: socket.socket, buf: bytearray, stop: threading.Event) -> bool:
+    """Append what arrives to ``buf`` (nothing on a poll timeout); false once the peer or the server stops."""
+    if stop.is_set():
+        return False
+    try:
+        chunk = conn.recv(65536)
+    except TimeoutError:
+        return True
+    except (OSError, ssl.SSLError):
+        return False
+    buf += chunk
+    return bool(chunk)
+
+
 def _read_head(conn: socket.socket, buf: bytearray, stop: threading.Event) -> bytes | None:
     while b"\r\n\r\n" not in buf:
-        if stop.is_set() or len(buf) > MAX_HEAD:
+        if len(buf) > MAX_HEAD or not _receive(conn, buf, stop):
             return None
-        try:
-            chunk = conn.recv(65536)
-        except TimeoutError:
-            continue
-        except (OSError, ssl.SSLError):
-            return None
-        if not chunk:
-            return None
-        buf += chunk
     head, _, rest = bytes(buf).partition(b"\r\n\r\n")
     buf[:] = rest
     return head
@@ -81,17 +86,8 @@ def _read_request(conn: socket.socket, buf: bytearray, stop: threading.Event) ->
         headers[key.strip().lower()] = value.strip()
     length = int(headers.get("content-length", "0") or 0)
     while len(buf) < length:
-        if stop.is_set():
+        if not _receive(conn, buf, stop):
             return None
-        try:
-            chunk = conn.recv(65536)
-        except TimeoutError:
-            continue
-        except (OSError, ssl.SSLError):
-            return None
-        if not chunk:
-            return None
-        buf += chunk
     body = bytes(buf[:length])
     del buf[:length]
     return Received(method=method, target=target, headers=headers, body=body)
