@@ -1004,7 +1004,9 @@ def _lower_priority() -> None:
     kernels) shares CPU between *sessions* before nice values count: a session-leading flusher at nice 19
     still took a full share from the user's next command (measured: +100 ms on a busy 2-core machine, +35 ms
     with the autogroup's own nice set too). So a flusher that leads its own session also sets its autogroup's
-    nice -- never anyone else's (a flusher started from a terminal shares the terminal's group).
+    nice -- never anyone else's (a flusher started from a terminal shares the terminal's group). A kernel
+    without autogroups has no file, and a process still in the root group (never moved by a ``setsid``, as in
+    some containers) shows an empty one and refuses the write; both are ignored.
     """
     with contextlib.suppress(AttributeError, OSError):
         os.nice(19)
