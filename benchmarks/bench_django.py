@@ -40,7 +40,7 @@ import venv
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import publish
+from _common import instructions, pct, pip, publish
 
 REPO = Path(__file__).resolve().parent.parent
 STARTPROJECT_BUDGET = 0.75  # % more instructions, on vs off (MISSION.md: ≈ 1 ms of startproject)
@@ -53,14 +53,6 @@ WALL_BUDGET_MS = 1.0  # MISSION.md: added median wall time of startproject, on v
 WALL_TOLERANCE_MS = 4.0  # a noisy 2-core machine: interleaved medians still move by a few ms
 STRIP = ("DJANGO_", "SPOOL_REPORTER_", "XDG_", "PYTHON", "VIRTUAL_ENV")
 CI_MARKERS = ("CI", "CONTINUOUS_INTEGRATION", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "TF_BUILD", "JENKINS_URL")
-
-
-def pip(*args: str) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", "-q", *args],
-        check=True,
-        timeout=600,
-    )
 
 
 def make_venv(root: Path, *requirements: str, uninstall: str | None = None) -> Path:
@@ -139,21 +131,6 @@ def startproject(bindir: Path, env: dict[str, str], cwd: Path, name: str) -> flo
     return elapsed
 
 
-def instructions(argv: list[str], env: dict[str, str], cwd: Path, out: Path) -> int:
-    """Instructions executed by the process (not its children), from callgrind's ``summary:`` line."""
-    cmd = ["valgrind", "--tool=callgrind", "--trace-children=no", f"--callgrind-out-file={out}", *argv]
-    subprocess.run(cmd, cwd=cwd, env=env, check=True, timeout=300, capture_output=True)
-    for line in out.read_text().splitlines():
-        if line.startswith(("summary:", "totals:")):
-            return int(line.split()[1])
-    msg = f"no summary in {out}"
-    raise RuntimeError(msg)
-
-
-def pct(a: int, b: int) -> float:
-    return (a - b) / b * 100
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=15, help="wall-time rounds (each runs all three modes)")
@@ -218,7 +195,7 @@ def main() -> int:
         shutil.rmtree(work / "proj")
         # The hook's import cost inside a Django process: what record() imports once the .pth has armed the
         # hook (the arming itself is paid by every Django command: the --version budget covers it).
-        base_code = "import django.core.management; import spool_reporter.django._arm"
+        base_code = "import django.core.management; import spool_reporter._arm"
         count["import django.core.management + arming"] = instructions(
             [str(a_bin / "python"), "-c", base_code], plain, work, cg / "x"
         )

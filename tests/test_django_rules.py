@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import spool_reporter.django as integration
-from spool_reporter.django import _arm as arm_mod
+from spool_reporter import _arm as arm_mod
 from spool_reporter.django import _rules
 
 REPO = Path(__file__).resolve().parent.parent
@@ -126,7 +126,7 @@ def _run_pth_line(argv: list[str]) -> bool:
         return types.ModuleType(name)
 
     exec(PTH, {"__builtins__": {**vars(builtins), "__import__": fake_import}})
-    assert imported in ([], ["spool_reporter.django._arm"])
+    assert imported in ([], ["spool_reporter._arm"])
     return bool(imported)
 
 

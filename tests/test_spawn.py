@@ -389,7 +389,7 @@ def test_real_django_admin_startproject_piped_to_cat(sandbox: Sandbox, app: App,
         f"#!{sys.executable}\n"
         "import sys\n"
         f"sys.path.insert(0, {str(REPO)!r})\n"
-        "import spool_reporter.django._arm  # what spool_reporter.pth does at interpreter start\n"
+        "import spool_reporter._arm  # what spool_reporter.pth does at interpreter start\n"
         "from django.core.management import execute_from_command_line\n"
         "sys.exit(execute_from_command_line())\n"
     )

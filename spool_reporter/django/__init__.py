@@ -4,13 +4,13 @@ Two ways in, one function:
 
 * **Installed means armed.** ``spool_reporter.pth`` (installed beside the package) checks ``sys.argv`` at
   interpreter start and, only for ``django-admin``, ``manage.py`` and ``python -m django``, imports
-  ``spool_reporter.django._arm``, an import hook that wraps ``ManagementUtility.execute`` when Django's
+  ``spool_reporter._arm``, an import hook that wraps ``ManagementUtility.execute`` when Django's
   management package is imported. The wrapper calls :func:`record_command`.
 * **In Django itself**, if DEP 8 landed in core, ``ManagementUtility.execute`` would call
   :func:`record_command` directly, just before running the command (docs/django.md shows the lines).
 
 Which commands count, and when, is decided by the one table in ``spool_reporter/django/_rules.py``.
-Importing this package is cheap and never imports Django: every Django command does (see ``_arm.py`` on cost;
+Importing this package is cheap and never imports Django: every Django command does (see ``spool_reporter/_arm.py`` on cost;
 hence no ``from __future__ import annotations`` here).
 """
 

@@ -15,11 +15,15 @@ Imported by ``spool_reporter.pth`` at interpreter start; see docs/django.md.
 # count), the settings have been loaded, and spool_reporter.django.record_command() decides and records, before
 # the command runs (so no spool descriptor is open when runserver's autoreloader spawns its child).
 #
-# Cost. Every Django command imports this module and its two parents (spool_reporter/__init__.py loads its
-# names lazily for this reason), and `django-admin --version` may cost at most 1 % more instructions. So these
-# three modules import nothing at module level but sys and os, do not use `from __future__ import annotations`
-# (importing __future__ alone costs ~0.7 M instructions; annotations that name typing-only types are quoted),
-# and explain themselves in comments, which do not enlarge the .pyc.
+# Cost. Every Django command imports this module and its parent (spool_reporter/__init__.py loads its names
+# lazily for this reason), and `django-admin --version` may cost at most 1 % more instructions. So both import
+# nothing at module level but sys and os, do not use `from __future__ import annotations` (importing
+# __future__ alone costs ~0.7 M instructions; annotations that name typing-only types are quoted), and
+# explain themselves in comments, which do not enlarge the .pyc. This module lives at the top of the package,
+# not in spool_reporter.django, so that neither the arming nor a process that only passes the .pth's coarse
+# check (every `python -m ...`, and code read from stdin, whose sys.argv[0] is '' or '-') imports that package
+# and reads its folder: about 0.5 M instructions less for each (benchmarks/bench_django.py). The recording
+# code is imported only when a reported command runs.
 #
 # Rules: never change Django's behaviour, whether reporting is on, off or broken. Every step catches its own
 # exceptions and falls back to doing nothing; exceptions raised by Django itself pass through untouched.
@@ -202,7 +206,7 @@ def _unwatch(utility: "Any", shadow: object) -> None:
 
 def _record(utility: "Any") -> None:
     try:
-        from . import record_command, settings_debug
+        from spool_reporter.django import record_command, settings_debug
 
         record_command(utility.argv, debug=settings_debug())
     except Exception:  # noqa: S110 - do not log here
