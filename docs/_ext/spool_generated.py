@@ -150,14 +150,10 @@ def _render_json(data: Any, path: Path, level: str) -> str:
         for b in budgets:
             if isinstance(b, dict):
                 met = b.get("ok")
-                rows.append(
-                    [
-                        b.get("what", ""),
-                        b.get("measured", ""),
-                        b.get("budget", ""),
-                        "met" if met is True else "**not met**" if met is False else "",
-                    ]
-                )
+                result = "met" if met is True else "**not met**" if met is False else ""
+                if result and b.get("asserted") is False:
+                    result += " (printed, not asserted)"
+                rows.append([b.get("what", ""), b.get("measured", ""), b.get("budget", ""), result])
         out.append("\nBudgets:\n" + table(["what", "measured", "budget", "result"], rows))
     rest = {k: v for k, v in data.items() if k not in known}
     if rest:
