@@ -1,16 +1,20 @@
 """Real flushers (``django-spool flush`` subprocesses) delivering to the real collector subprocess: the
-whole self-hosted path, including at-least-once re-delivery and concurrent flushers."""
+whole self-hosted path, including at-least-once re-delivery and concurrent flushers -- with the ``json``
+transport at ``/v1/batch``, and with the ``ga4`` transport pointed at the collector's ``/mp/collect``."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from servers import fill, with_destination
 from test_cli import spool_command
+from test_collector import assert_private, db_bytes
 from test_collector_processes import start_server
 
 from spool_reporter import App
@@ -23,22 +27,22 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.timeout(180)
 
 
-def _env(sandbox: Sandbox, url: str) -> dict[str, str]:
+def _env(sandbox: Sandbox, url: str, transport: str = "json") -> dict[str, str]:
     # Generous timings: this is about delivery, not about the flusher's deadline (tested elsewhere).
     return with_destination(
         sandbox.env,
         url,
-        DJANGO_ANALYTICS_TRANSPORT="json",
+        DJANGO_ANALYTICS_TRANSPORT=transport,
         SPOOL_REPORTER_FLUSH_DEADLINE="30",
         SPOOL_REPORTER_CONNECT_TIMEOUT="5",
         SPOOL_REPORTER_READ_TIMEOUT="10",
     )
 
 
-def _flush(sandbox: Sandbox, url: str) -> subprocess.Popen[str]:
+def _flush(sandbox: Sandbox, url: str, transport: str = "json") -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*spool_command(), "flush"],
-        env=_env(sandbox, url),
+        env=_env(sandbox, url, transport),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -49,6 +53,22 @@ def _finish(proc: subprocess.Popen[str]) -> str:
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 0, (out, err)
     return out
+
+
+def _stats_json(sandbox: Sandbox, db: Path) -> dict[str, object]:
+    """``django-spool collector stats --json``, the main command line's view of the database."""
+    done = subprocess.run(
+        [*spool_command(), "collector", "stats", "--db", str(db), "--json"],
+        env=sandbox.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert isinstance(doc, dict)
+    return doc
 
 
 def test_flushers_deliver_to_the_collector(tmp_path: Path, sandbox: Sandbox, app: App) -> None:
@@ -86,13 +106,77 @@ def test_flushers_deliver_to_the_collector(tmp_path: Path, sandbox: Sandbox, app
     assert (result.developers, result.events) == (4, total)
     assert server.stderr.read_bytes() == b""
     # The same numbers through the main command line (``django-spool collector stats``).
-    done = subprocess.run(
-        [*spool_command(), "collector", "stats", "--db", str(db), "--json"],
-        env=sandbox.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    assert _stats_json(sandbox, db) == json.loads(json.dumps(result.as_dict()))
+
+
+MEASUREMENT_ID = "G-E2EPROBE9"
+API_SECRET = "e2e-secret-4f81a0c6d2"  # a probe: must reach neither the collector's database nor any log
+
+
+def test_ga4_flushers_deliver_to_the_collectors_mp_collect(tmp_path: Path, sandbox: Sandbox, app: App) -> None:
+    db = tmp_path / "collector.sqlite3"
+    server = start_server(db, sandbox.env, tmp_path)
+    ga4_url = server.url.replace("/v1/batch", "/mp/collect")
+    developers = []
+    for k in range(3):
+        (tmp_path / f"dev{k}").mkdir()
+        developers.append(type(sandbox)(tmp_path / f"dev{k}"))
+    # GA4 takes events at most 72 hours old, and the collector keys a GA4 event by its content, the second
+    # included: record each event in its own second, an hour ago.
+    start = time.time() - 3600
+    counts = [30, 2, 60]  # 30 and 60 need several 25-event requests
+    for dev, n in zip(developers, counts, strict=True):
+        for i in range(n):
+            fill(app, dev.env, 1, now=start + i)
+        # transport=ga4 requires both; the collector ignores them.
+        dev.write_user(
+            app, dev.user_file(app).read_text() + f"measurement_id={MEASUREMENT_ID}\napi_secret={API_SECRET}\n"
+        )
+    # Two identical events from one developer in the same second: one id, stored once (docs/collector.md).
+    fill(app, developers[1].env, 1, now=start)
+    counts[1] += 1
+    sent = sum(counts)
+    stored = sent - 1
+    client_ids = {json.loads(d.spool_lines(app)[0])["client_id"] for d in developers}
+    saved = tmp_path / "saved-spool"
+    shutil.copytree(developers[0].state_dir(app), saved)
+    try:
+        procs = [_flush(dev, ga4_url, "ga4") for dev in developers]
+        outs = [_finish(p) for p in procs]
+        for out, n in zip(outs, counts, strict=True):
+            assert out.startswith(f"delivered: sent {n}, rejected 0, failed 0, still queued 0"), out
+        # A flusher killed after the 2xx but before deleting: the same requests again, stored once.
+        shutil.rmtree(developers[0].state_dir(app))
+        shutil.copytree(saved, developers[0].state_dir(app))
+        again = _finish(_flush(developers[0], ga4_url, "ga4"))
+        assert again.startswith("delivered: sent 30,"), again
+        outs.append(again)
+    finally:
+        summary = server.stop()
+    assert server.proc.returncode == 0
+    requests = 2 * 2 + 1 + 3  # ceil(30/25) twice, ceil(3/25), ceil(60/25)
+    duplicates = 30 + 1
+    assert summary == (
+        f"stopped after {requests} requests: {stored} events stored, {duplicates} duplicates, 0 requests refused\n"
     )
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == json.loads(json.dumps(result.as_dict()))
+    doc = _stats_json(sandbox, db)
+    assert (doc["developers"], doc["events"]) == (3, stored)
+    weeks = doc["weeks"]  # one week, or two if the test ran across Monday 00:00 UTC
+    assert sum(w["events"] for w in weeks) == stored  # type: ignore[attr-defined]
+    assert all(set(w["by_django"]) == {"5.2"} for w in weeks)  # type: ignore[attr-defined]
+    with sqlite3.connect(db) as conn:
+        assert {r[0] for r in conn.execute("SELECT client_id FROM events")} == client_ids
+    conn.close()
+    # No address, and nothing of the query string, in the database or the collector's output; the
+    # flushers' own output and logs show the endpoint with the secret redacted.
+    data = db_bytes(db)
+    assert_private(data)
+    for probe in (MEASUREMENT_ID, API_SECRET):
+        assert probe.encode() not in data
+        assert probe not in summary
+    assert server.stderr.read_bytes() == b""
+    client_side = "".join(outs) + "".join(
+        p.read_text(errors="replace") for d in developers for p in d.state_dir(app).glob("flush.log*")
+    )
+    assert client_side.count("/mp/collect?measurement_id=G-E2EPROBE9&api_secret=REDACTED") == 2 * len(outs) - 1
+    assert API_SECRET not in client_side

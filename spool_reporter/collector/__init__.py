@@ -1,4 +1,5 @@
-"""The self-hosted collector: receives the ``json`` transport's batches and stores no IP address.
+"""The self-hosted collector: receives the ``json`` transport's batches (and the ``ga4`` transport's
+GA4-shaped payloads) and stores no IP address.
 
 Public API (everything else in this package is private)::
 
@@ -20,6 +21,11 @@ event exactly the allowlisted fields. Answers ``200 {"accepted": n, "duplicates"
 reason for invalid input; ``413`` for a body over the cap; ``411`` without a length; ``415`` for another
 content type or a content encoding; ``503`` with ``Retry-After`` when the database stays locked.
 ``GET /v1/health`` answers ``{"ok": true}``.
+
+``POST /mp/collect`` (:data:`GA4_PATH`) takes exactly what the ``ga4`` transport sends, so a client
+configured with ``transport=ga4`` can use this collector instead of Google: the query string
+(``measurement_id``, ``api_secret``) is ignored, each event gets an id derived from its content
+(identical events from one client in the same second count once), and success is ``204`` as from GA4.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from ._stats import Stats, Week
 from ._stats import compute as stats
 from ._store import CollectorError, Store
 from ._wire import MAX_BODY_BYTES, MAX_EVENTS
-from ._wsgi import BATCH_PATH, Collector, Counters
+from ._wsgi import BATCH_PATH, GA4_PATH, Collector, Counters
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -41,6 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BATCH_PATH",
+    "GA4_PATH",
     "MAX_BODY_BYTES",
     "MAX_EVENTS",
     "Collector",

@@ -39,8 +39,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "collector",
         help="run the self-hosted collector, or print its weekly statistics",
-        description="The self-hosted collector: receives batches at POST /v1/batch, stores no IP address, "
-        "de-duplicates by event id, and counts distinct developers per week.",
+        description="The self-hosted collector: receives batches at POST /v1/batch (and GA4-shaped payloads at "
+        "POST /mp/collect), stores no IP address, de-duplicates by event id, and counts distinct developers "
+        "per week.",
     )
     commands = parser.add_subparsers(dest="collector_command", metavar="COMMAND", required=True)
 

@@ -19,7 +19,7 @@ import socketserver
 import threading
 from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 
-from ._wsgi import BATCH_PATH
+from ._wsgi import BATCH_PATH, GA4_PATH
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,6 +44,11 @@ class _QuietServerHandler(ServerHandler):
     def log_exception(self, exc_info: Any) -> None:
         # The default prints a traceback to stderr; ours could only come from a dead socket. Say nothing.
         pass
+
+    def cleanup_headers(self) -> None:
+        # wsgiref adds "Content-Length: 0" to an answer without one; a 204 must not carry it (RFC 9110).
+        if not str(getattr(self, "status", "")).startswith("204"):  # typeshed omits BaseHandler.status
+            super().cleanup_headers()
 
 
 class _Handler(WSGIRequestHandler):
@@ -186,6 +191,12 @@ class CollectorServer:
         """``http://127.0.0.1:PORT/v1/batch``: where clients post their batches."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}{BATCH_PATH}"
+
+    @property
+    def ga4_url(self) -> str:
+        """``http://127.0.0.1:PORT/mp/collect``: the endpoint for clients using the ``ga4`` transport."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}{GA4_PATH}"
 
     def serve_forever(self) -> None:
         """Serve until :meth:`stop` is called from another thread (or the process is interrupted)."""

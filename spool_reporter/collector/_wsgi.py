@@ -1,5 +1,11 @@
 """The WSGI application: ``POST /v1/batch`` in, ``{"accepted": n, "duplicates": m}`` out.
 
+It also accepts what the ``ga4`` transport sends, at ``POST /mp/collect``, so that a client configured for
+GA4 can point its endpoint at this collector instead of Google: the body is parsed by
+:func:`~spool_reporter.collector._wire.parse_ga4` (the same allowlist, an id derived from the content) and
+success is answered like GA4 answers it, ``204`` with no body. The request's query string
+(``measurement_id=…&api_secret=…``) is never read, so it is never stored, logged or echoed.
+
 It reads nothing from the request but the method, the path, ``Content-Type``, ``Content-Length``,
 ``Content-Encoding`` and the body. Request headers, ``REMOTE_ADDR`` and the proxy headers that carry a
 client address (``X-Forwarded-For``, ``Forwarded``) are never read, stored or logged; the application
@@ -13,8 +19,8 @@ import logging
 import sqlite3
 import threading
 
-from ._store import Store
-from ._wire import MAX_BODY_BYTES, BadRequest, parse_batch
+from ._store import Row, Store
+from ._wire import GA4_MAX_BODY_BYTES, MAX_BODY_BYTES, BadRequest, parse_batch, parse_ga4
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,10 +40,15 @@ if TYPE_CHECKING:
 
 BATCH_PATH: Final = "/v1/batch"
 HEALTH_PATH: Final = "/v1/health"
+GA4_PATH: Final = "/mp/collect"
+"""GA4-shaped payloads (the ``ga4`` transport's requests); the query string is ignored."""
 
-DRAIN_LIMIT: Final = 4 * MAX_BODY_BYTES
-"""An oversized body up to this size is read and discarded before the 413, so that the client, still
-sending, gets the answer instead of a connection reset; a larger one is answered at once."""
+DRAIN_FACTOR: Final = 4
+"""An oversized body up to this many times the path's cap is read and discarded before the 413, so that the
+client, still sending, gets the answer instead of a connection reset; a larger one is answered at once."""
+
+DRAIN_LIMIT: Final = DRAIN_FACTOR * MAX_BODY_BYTES
+"""The drain limit of ``/v1/batch``."""
 
 _CHUNK: Final = 64 * 1024
 _LOG: Final = logging.getLogger("spool_reporter.collector")
@@ -45,6 +56,7 @@ _LOG: Final = logging.getLogger("spool_reporter.collector")
 
 _REASONS: Final = {
     200: "200 OK",
+    204: "204 No Content",
     400: "400 Bad Request",
     404: "404 Not Found",
     405: "405 Method Not Allowed",
@@ -98,7 +110,7 @@ class _Refusal(Exception):
         self.headers = headers or []
 
 
-def _read_body(environ: Environ) -> bytes:
+def _read_body(environ: Environ, cap: int = MAX_BODY_BYTES) -> bytes:
     stream = environ.get("wsgi.input")
     length_text = str(environ.get("CONTENT_LENGTH") or "").strip()
     if stream is None:
@@ -113,12 +125,12 @@ def _read_body(environ: Environ) -> bytes:
         if not (length_text.isascii() and length_text.isdigit()) or len(length_text) > 18:
             raise _Refusal(400, "bad Content-Length")
         length = int(length_text)
-        if length > MAX_BODY_BYTES:
-            if length <= DRAIN_LIMIT:
+        if length > cap:
+            if length <= DRAIN_FACTOR * cap:
                 _drain(stream, length)
-            raise _Refusal(413, f"body larger than {MAX_BODY_BYTES} bytes")
+            raise _Refusal(413, f"body larger than {cap} bytes")
     # Enforced while reading too: never hold more than the cap plus one chunk.
-    budget = MAX_BODY_BYTES + 1 if length is None else length
+    budget = cap + 1 if length is None else length
     parts: list[bytes] = []
     got = 0
     while got < budget:
@@ -127,8 +139,8 @@ def _read_body(environ: Environ) -> bytes:
             break
         parts.append(chunk)
         got += len(chunk)
-    if got > MAX_BODY_BYTES:
-        raise _Refusal(413, f"body larger than {MAX_BODY_BYTES} bytes")
+    if got > cap:
+        raise _Refusal(413, f"body larger than {cap} bytes")
     if length is not None and got != length:
         raise _Refusal(400, "body shorter than Content-Length")
     return b"".join(parts)
@@ -149,6 +161,15 @@ def _drain(stream: Any, length: int) -> None:
 def _is_json(content_type: str) -> bool:
     media = content_type.split(";", 1)[0].strip().lower()
     return media == "application/json"
+
+
+def _check_json_request(environ: Environ) -> None:
+    """The body's encoding and type, as both POST paths require them."""
+    encoding = str(environ.get("HTTP_CONTENT_ENCODING") or "identity").strip().lower()
+    if encoding != "identity":
+        raise _Refusal(415, "Content-Encoding not supported")
+    if not _is_json(str(environ.get("CONTENT_TYPE") or "")):
+        raise _Refusal(415, "Content-Type must be application/json")
 
 
 class Collector:
@@ -172,12 +193,15 @@ class Collector:
             _LOG.error("collector: internal error (%s)", type(exc).__name__)
             status, body, content_type, extra = 500, b"internal error\n", "text/plain; charset=utf-8", []
         self.counters.add(requests=1, rejected=int(400 <= status < 500))
-        headers = [
-            ("Content-Type", content_type),
-            ("Content-Length", str(len(body))),
-            ("Cache-Control", "no-store"),
-            *extra,
-        ]
+        if status == 204:  # no body, hence neither a type nor a length (RFC 9110: a 204 has no Content-Length)
+            headers = [("Cache-Control", "no-store"), *extra]
+        else:
+            headers = [
+                ("Content-Type", content_type),
+                ("Content-Length", str(len(body))),
+                ("Cache-Control", "no-store"),
+                *extra,
+            ]
         start_response(_REASONS[status], headers)
         return [body]
 
@@ -189,6 +213,10 @@ class Collector:
                 if method != "POST":
                     raise _Refusal(405, "use POST", [("Allow", "POST")])
                 return self._batch(environ)
+            if path == GA4_PATH:
+                if method != "POST":
+                    raise _Refusal(405, "use POST", [("Allow", "POST")])
+                return self._ga4(environ)
             if path == HEALTH_PATH:
                 if method != "GET":
                     raise _Refusal(405, "use GET", [("Allow", "GET")])
@@ -201,17 +229,24 @@ class Collector:
             return 400, (str(exc) + "\n").encode("utf-8", "backslashreplace"), "text/plain; charset=utf-8", []
 
     def _batch(self, environ: Environ) -> tuple[int, bytes, str, list[tuple[str, str]]]:
-        encoding = str(environ.get("HTTP_CONTENT_ENCODING") or "identity").strip().lower()
-        if encoding != "identity":
-            raise _Refusal(415, "Content-Encoding not supported")
-        if not _is_json(str(environ.get("CONTENT_TYPE") or "")):
-            raise _Refusal(415, "Content-Type must be application/json")
+        _check_json_request(environ)
         rows = parse_batch(_read_body(environ))
+        added = self._store(rows)
+        answer = json.dumps({"accepted": added, "duplicates": len(rows) - added}).encode("ascii")
+        return 200, answer, "application/json", []
+
+    def _ga4(self, environ: Environ) -> tuple[int, bytes, str, list[tuple[str, str]]]:
+        # QUERY_STRING (measurement_id, api_secret) is deliberately never read.
+        _check_json_request(environ)
+        self._store(parse_ga4(_read_body(environ, GA4_MAX_BODY_BYTES)))
+        return 204, b"", "", []  # what GA4 answers; the ga4 transport only looks for a 2xx
+
+    def _store(self, rows: list[Row]) -> int:
+        """Store ``rows``, hand the new ones to the forwarder, count; return how many were new."""
         forward = self.forward
         added, new = self.store.insert(rows, want_new=forward is not None)
         dropped = 0
         if forward is not None and new and not forward.submit(list(new)):
             dropped = len(new)
         self.counters.add(accepted=added, duplicates=len(rows) - added, forward_dropped=dropped)
-        answer = json.dumps({"accepted": added, "duplicates": len(rows) - added}).encode("ascii")
-        return 200, answer, "application/json", []
+        return added
