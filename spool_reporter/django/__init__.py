@@ -10,8 +10,8 @@ Two ways in, one function:
   :func:`record_command` directly, just before running the command (docs/django.md shows the lines).
 
 Which commands count, and when, is decided by the one table in ``spool_reporter/django/_rules.py``.
-Importing this package is cheap and never imports Django: every Django command does (see ``spool_reporter/_arm.py`` on cost;
-hence no ``from __future__ import annotations`` here).
+Importing this package is cheap and never imports Django. The hook imports it only when a reported command
+runs (``spool_reporter/_arm.py`` explains the cost rules; hence no ``from __future__ import annotations``).
 """
 
 import os
