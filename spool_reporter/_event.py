@@ -34,6 +34,7 @@ from __future__ import annotations
 from ._hot import (
     SCHEMA_VERSION,
     build_line,
+    format_user_agent,
     is_event_name,
     is_uuid4,
     iso_time,
@@ -52,6 +53,7 @@ __all__ = [
     "MAX_LINE_BYTES",
     "SCHEMA_VERSION",
     "build_line",
+    "format_user_agent",
     "is_event_name",
     "is_uuid4",
     "iso_time",

@@ -580,9 +580,14 @@ def platform_facts() -> "tuple[str, str, str, str, str]":
 
 
 def user_agent(app: "App") -> "str":
-    # DEP 8's User-Agent: ``Django/5.2 CPython/3.11 (Linux; x86_64)``.
     impl, pyver, family, _, arch = platform_facts()
-    return f"{app.name}/{app.version} {impl}/{pyver} ({family}; {arch})"
+    return format_user_agent(app.name, app.version, impl=impl, pyver=pyver, family=family, arch=arch)
+
+
+def format_user_agent(app: "str", version: "str", *, impl: "str", pyver: "str", family: "str", arch: "str") -> "str":
+    # DEP 8's User-Agent: ``Django/5.2 CPython/3.11 (Linux; x86_64)``. The collector rebuilds it the same way
+    # for GA4 payloads, which do not carry it.
+    return f"{app}/{version} {impl}/{pyver} ({family}; {arch})"
 
 
 def _quote(value: "str") -> "str":

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from spool_reporter._event import FIELDS, SCHEMA_VERSION, is_uuid4, iso_time, validate
+from spool_reporter._event import FIELDS, SCHEMA_VERSION, format_user_agent, is_uuid4, iso_time, validate
 from spool_reporter.transports import ga4 as _ga4
 
 from ._store import Row, iso_week
@@ -196,7 +196,9 @@ def _ga4_row(client_id: str, obj: object, index: int) -> Row:
         "event": name,
         **{key: p[key] for key in _GA4_PARAMS},
         # Not sent by GA4; derived exactly as the hook derives it, so that validate() sees a whole event.
-        "user_agent": f"{p['app']}/{p['app_version']} {p['python']}/{p['python_version']} ({p['os']}; {p['arch']})",
+        "user_agent": format_user_agent(
+            p["app"], p["app_version"], impl=p["python"], pyver=p["python_version"], family=p["os"], arch=p["arch"]
+        ),
         "client_id": client_id,
         "time": iso_time(micros // _MICROS),
     }
