@@ -67,20 +67,14 @@ def measure(exe: str, wheel: Path, root: Path, env: dict[str, str], work: Path) 
     venv_dir = root / "venv"
     subprocess.run([exe, "-m", "venv", "--without-pip", "--symlinks", str(venv_dir)], check=True, timeout=120)
     python = str(venv_dir / "bin" / "python")
-    purelib = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+    where = "import platform, sysconfig; print(sysconfig.get_paths()['purelib'], platform.python_version())"
+    purelib, version = subprocess.run(
+        [python, "-c", where],
         capture_output=True,
         text=True,
         check=True,
         timeout=60,
-    ).stdout.strip()
-    version = subprocess.run(
-        [python, "-c", "import platform; print(platform.python_version())"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.strip()
+    ).stdout.rsplit(maxsplit=1)
 
     def count(*argv: str) -> int:
         return instructions([python, *(argv or ("-c", "pass"))], env, work, root / "callgrind.out")
