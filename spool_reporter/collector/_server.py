@@ -189,14 +189,16 @@ class CollectorServer:
     @property
     def url(self) -> str:
         """``http://127.0.0.1:PORT/v1/batch``: where clients post their batches."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}{BATCH_PATH}"
+        return self._url(BATCH_PATH)
 
     @property
     def ga4_url(self) -> str:
         """``http://127.0.0.1:PORT/mp/collect``: the endpoint for clients using the ``ga4`` transport."""
+        return self._url(GA4_PATH)
+
+    def _url(self, path: str) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}{GA4_PATH}"
+        return f"http://{host}:{self.port}{path}"
 
     def serve_forever(self) -> None:
         """Serve until :meth:`stop` is called from another thread (or the process is interrupted)."""
