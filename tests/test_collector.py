@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -37,7 +37,7 @@ from spool_reporter.collector import (
     stats,
 )
 from spool_reporter.collector._store import Store, iso_week
-from spool_reporter.collector._wire import BadRequest, parse_batch
+from spool_reporter.collector._wire import BadRequest, parse_batch, parse_ga4
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -245,11 +245,12 @@ _JSON = st.recursive(
 )
 
 
+@pytest.mark.parametrize("parse", [parse_batch, parse_ga4], ids=["batch", "ga4"])
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=400))
-def test_fuzz_parse_bytes(body: bytes) -> None:
+def test_fuzz_parse_bytes(parse: Callable[[bytes], object], body: bytes) -> None:
     with contextlib.suppress(BadRequest):
-        parse_batch(body)
+        parse(body)
 
 
 @settings(max_examples=300, deadline=None)
