@@ -13,6 +13,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 GENERATED = Path(__file__).resolve().parent.parent / "docs" / "_generated"
@@ -39,7 +40,10 @@ def machine() -> dict[str, object]:
 
 
 def publish(
-    name: str, command: str, figures: dict[str, object] | list[dict[str, object]], budgets: list[dict[str, object]]
+    name: str,
+    command: str,
+    figures: Mapping[str, object] | Sequence[Mapping[str, object]],
+    budgets: list[dict[str, object]],
 ) -> bool:
     """Write ``docs/_generated/<name>.json``; print budgets; return whether all asserted ones were met.
 
@@ -64,6 +68,12 @@ def pip(*args: str) -> None:
         check=True,
         timeout=600,
     )
+
+
+def make_venv(root: Path, python: str = sys.executable) -> str:
+    """A bare virtual environment (no pip; symlinks) of ``python`` at ``root``; returns its interpreter."""
+    subprocess.run([python, "-m", "venv", "--without-pip", "--symlinks", "--clear", str(root)], check=True, timeout=120)
+    return str(root / "bin" / "python")
 
 
 def instructions(argv: list[str], env: dict[str, str], cwd: Path, out: Path) -> int:

@@ -36,11 +36,10 @@ import sys
 import tempfile
 import threading
 import time
-import venv
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import instructions, pct, pip, publish
+from _common import instructions, make_venv, pct, pip, publish
 
 REPO = Path(__file__).resolve().parent.parent
 STARTPROJECT_BUDGET = 0.75  # % more instructions, on vs off (MISSION.md: ≈ 1 ms of startproject)
@@ -55,12 +54,12 @@ STRIP = ("DJANGO_", "SPOOL_REPORTER_", "XDG_", "PYTHON", "VIRTUAL_ENV")
 CI_MARKERS = ("CI", "CONTINUOUS_INTEGRATION", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "TF_BUILD", "JENKINS_URL")
 
 
-def make_venv(root: Path, *requirements: str, uninstall: str | None = None) -> Path:
-    venv.EnvBuilder(with_pip=False, clear=True, symlinks=True).create(root)
-    python = root / "bin" / "python"
-    pip("--python", str(python), "install", *requirements)
+def venv_with(root: Path, *requirements: str, uninstall: str | None = None) -> Path:
+    """A bare virtual environment with ``requirements`` (minus ``uninstall``); returns its ``bin`` folder."""
+    python = make_venv(root)
+    pip("--python", python, "install", *requirements)
     if uninstall:
-        pip("--python", str(python), "uninstall", "-y", uninstall)
+        pip("--python", python, "uninstall", "-y", uninstall)
     return root / "bin"
 
 
@@ -154,9 +153,9 @@ def main() -> int:
         isolation = ["--no-build-isolation"] if importlib.util.find_spec("hatchling") else []
         pip("wheel", "--no-deps", *isolation, "-w", str(tmp / "wheel"), str(REPO))
         (wheel,) = (tmp / "wheel").glob("spool_reporter-*.whl")
-        a_bin = make_venv(tmp / "A", str(wheel), f"Django=={series}.*")
-        b_bin = make_venv(tmp / "B", f"Django=={series}.*")
-        c_bin = make_venv(tmp / "C", str(wheel), f"Django=={series}.*", uninstall="spool_reporter")
+        a_bin = venv_with(tmp / "A", str(wheel), f"Django=={series}.*")
+        b_bin = venv_with(tmp / "B", f"Django=={series}.*")
+        c_bin = venv_with(tmp / "C", str(wheel), f"Django=={series}.*", uninstall="spool_reporter")
         silent = SilentDestination()
         try:
             envs = {

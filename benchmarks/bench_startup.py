@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import instructions, pct, pip, publish
+from _common import instructions, make_venv, pct, pip, publish
 
 REPO = Path(__file__).resolve().parent.parent
 DJANGO = "Django==5.2.*"  # the one series that supports every Python from 3.10 to 3.13
@@ -64,9 +64,7 @@ def pythons() -> list[tuple[str, str]]:
 
 def measure(exe: str, wheel: Path, root: Path, env: dict[str, str], work: Path) -> tuple[str, dict[str, int]]:
     """The Python's full version, and the instructions of ``python -c pass`` in each state."""
-    venv_dir = root / "venv"
-    subprocess.run([exe, "-m", "venv", "--without-pip", "--symlinks", str(venv_dir)], check=True, timeout=120)
-    python = str(venv_dir / "bin" / "python")
+    python = make_venv(root / "venv", exe)
     where = "import platform, sysconfig; print(sysconfig.get_paths()['purelib'], platform.python_version())"
     purelib, version = subprocess.run(
         [python, "-c", where],
