@@ -132,7 +132,9 @@ def startproject(bindir: Path, env: dict[str, str], cwd: Path, name: str) -> flo
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=15, help="wall-time rounds (each runs all three modes)")
+    # 31 rounds: with 15, the interleaved medians of two identical modes still differed by up to 5 ms on this
+    # shared 2-core machine; with 31, by at most 2.5 ms (four blocks of each, measured side by side).
+    parser.add_argument("--rounds", type=int, default=31, help="wall-time rounds (each runs all three modes)")
     parser.add_argument("--django", default=None, help="Django series (default: the installed one, else 5.2)")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
