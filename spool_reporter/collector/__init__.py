@@ -1,26 +1,32 @@
 """The self-hosted collector: receives the ``json`` transport's batches (and the ``ga4`` transport's
-GA4-shaped payloads) and stores no IP address.
+GA4-shaped payloads), judges each event on its own, and stores no IP address.
 
 Public API (everything else in this package is private)::
 
-    make_app(db_path, *, forward=None) -> Collector        # the WSGI application
-    serve(db_path, *, host="127.0.0.1", port=0, forward=None) -> CollectorServer   # embedded server, bound
-    stats(db_path, *, app="Django") -> Stats                # distinct developers per ISO week
-    render_html(stats) -> str                               # the self-contained HTML report
-    GA4Forwarder(measurement_id=..., api_secret=...)        # optional server-side forwarding to GA4
+    make_app(db, *, forward=None, policy=None, limits=None) -> Collector     # the WSGI application
+    serve(db, *, host="127.0.0.1", port=0, ...) -> CollectorServer           # embedded server, bound
+    stats(db, *, app="Django") -> Stats                 # distinct developers per ISO week
+    render_html(stats) -> str                           # the self-contained HTML report
+    open_store(db, *, create=True, limits=None) -> Store  # the database: a SQLite path or a postgresql:// URL
+    Policy(commands=..., max_age=...)                   # what is accepted (applications, commands, time window)
+    Limits(per_client_week=1000)                        # what is kept
+    GA4Forwarder(measurement_id=..., api_secret=...)    # optional server-side forwarding to GA4
 
-A demo or a test starts one on a free loopback port and reads the numbers at the end::
+``db`` is a SQLite file path (the default for a laptop and the demo; created ``0600``) or a PostgreSQL URL
+(``postgresql://user@host/dbname``, with ``pip install 'spool_reporter[collector]'``). A demo or a test
+starts one on a free loopback port and reads the numbers at the end::
 
     with serve(tmp / "events.sqlite3") as server:   # listening; served from a daemon thread
         ...                                          # clients post to server.url
     print(stats(tmp / "events.sqlite3").as_dict())
 
 The wire format: ``POST /v1/batch`` with ``Content-Type: application/json`` and the body
-``{"schema": 1, "events": [...]}`` (at most :data:`MAX_EVENTS` events, :data:`MAX_BODY_BYTES` bytes), each
-event exactly the allowlisted fields. Answers ``200 {"accepted": n, "duplicates": m}``; ``400`` with a short
-reason for invalid input; ``413`` for a body over the cap; ``411`` without a length; ``415`` for another
-content type or a content encoding; ``503`` with ``Retry-After`` when the database stays locked.
-``GET /v1/health`` answers ``{"ok": true}``.
+``{"schema": 1, "events": [...]}`` (at most :data:`MAX_EVENTS` events, :data:`MAX_BODY_BYTES` bytes). Each
+event is judged on its own; a well-formed batch is answered ``200 {"accepted": n, "duplicates": m,
+"rejected": r}`` once it is durable. ``400`` with a short reason for a body that is not a batch; ``413``
+for a body over the cap; ``411`` without a length; ``415`` for another content type or a content encoding;
+``503`` with ``Retry-After`` when the database is busy or unreachable. ``GET /v1/health`` answers
+``{"ok": true}``.
 
 ``POST /mp/collect`` (:data:`GA4_PATH`) takes exactly what the ``ga4`` transport sends, so a client
 configured with ``transport=ga4`` can use this collector instead of Google: the query string
@@ -37,8 +43,8 @@ from ._report import render_html
 from ._server import CollectorServer
 from ._stats import Stats, Week
 from ._stats import compute as stats
-from ._store import CollectorError, Store
-from ._wire import MAX_BODY_BYTES, MAX_EVENTS
+from ._store import CollectorError, Limits, Store, Unavailable, open_store
+from ._wire import MAX_BODY_BYTES, MAX_EVENTS, Policy
 from ._wsgi import BATCH_PATH, GA4_PATH, Collector, Counters
 
 TYPE_CHECKING = False
@@ -55,32 +61,54 @@ __all__ = [
     "CollectorServer",
     "Counters",
     "GA4Forwarder",
+    "Limits",
+    "Policy",
     "Stats",
+    "Store",
+    "Unavailable",
     "Week",
     "make_app",
+    "open_store",
     "render_html",
     "serve",
     "stats",
 ]
 
 
-def make_app(db_path: str | os.PathLike[str], *, forward: Forwarder | None = None) -> Collector:
-    """The collector as a WSGI application storing into the SQLite file ``db_path`` (created if missing).
+def make_app(
+    db: str | os.PathLike[str],
+    *,
+    forward: Forwarder | None = None,
+    policy: Policy | None = None,
+    limits: Limits | None = None,
+) -> Collector:
+    """The collector as a WSGI application storing into ``db`` (a SQLite path, created if missing, or a
+    ``postgresql://`` URL; the schema is created or migrated either way).
 
     :param forward: an optional forwarder (:class:`GA4Forwarder`) that receives every newly stored event.
+    :param policy: what is accepted (:class:`Policy`: applications and their commands, the time window).
+    :param limits: what is kept (:class:`Limits`: events per client id per week).
+    :raises CollectorError: the database cannot be opened (one line saying why).
     """
-    return Collector(Store(db_path), forward=forward)
+    return Collector(open_store(db, limits=limits), forward=forward, policy=policy)
 
 
 def serve(
-    db_path: str | os.PathLike[str],
+    db: str | os.PathLike[str],
     *,
     host: str = "127.0.0.1",
     port: int = 0,
     forward: Forwarder | None = None,
+    policy: Policy | None = None,
+    limits: Limits | None = None,
 ) -> CollectorServer:
     """A bound embedded server for :func:`make_app` (``port=0``: a free port, see ``.port`` and ``.url``).
 
     Call ``.serve_forever()`` or ``.start()`` (a daemon thread), and ``.stop()``; or use ``with``.
     """
-    return CollectorServer(make_app(db_path, forward=forward), host=host, port=port)
+    app = make_app(db, forward=forward, policy=policy, limits=limits)
+    try:
+        return CollectorServer(app, host=host, port=port)
+    except BaseException:
+        app.store.close()
+        raise

@@ -1,8 +1,8 @@
-"""``django-spool collector serve|stats``: the collector's commands.
+"""``django-spool collector serve|stats|migrate``: the collector's commands.
 
 :func:`register` adds them to the main command line (``spool_reporter/cli.py``); ``python -m
 spool_reporter.collector`` runs them on their own. Exit codes: 0 success, 1 failure (a database that
-cannot be read, a port already in use), 2 usage errors (argparse's convention).
+cannot be opened or read, a port already in use), 2 usage errors (argparse's convention).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from types import FrameType
     from typing import Final
 
@@ -31,30 +31,73 @@ API_SECRET_VARIABLE: Final = "SPOOL_REPORTER_GA4_API_SECRET"  # noqa: S105 - a v
 """Where ``serve --forward-ga4`` reads the API secret: never on the command line, where ``ps`` shows it."""
 
 
+DB_HELP: Final = "the SQLite file, or a postgresql:// URL (default: $SPOOL_REPORTER_COLLECTOR_DB)"
+
+
+def _add_db(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--db", metavar="DB", default=None, help=f"{what}: {DB_HELP}")
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    """Add the ``collector`` command (with ``serve`` and ``stats``) to ``subparsers``; return its parser.
+    """Add the ``collector`` command (with ``serve``, ``stats`` and ``migrate``) to ``subparsers``; return its
+    parser.
 
     Each leaf command sets ``func``: a callable taking the parsed arguments and returning the exit code.
     """
     parser = subparsers.add_parser(
         "collector",
         help="run the self-hosted collector, or print its weekly statistics",
-        description="The self-hosted collector: receives batches at POST /v1/batch (and GA4-shaped payloads at "
-        "POST /mp/collect), stores no IP address, de-duplicates by event id, and counts distinct developers "
-        "per week.",
+        description=DESCRIPTION,
     )
-    commands = parser.add_subparsers(dest="collector_command", metavar="COMMAND", required=True)
+    add_commands(parser.add_subparsers(dest="collector_command", metavar="COMMAND", required=True))
+    return parser
+
+
+DESCRIPTION: Final = (
+    "The self-hosted collector: receives batches at POST /v1/batch (and GA4-shaped payloads at POST "
+    "/mp/collect), judges each event on its own, stores no IP address, de-duplicates by event id, and counts "
+    "distinct developers per week. Its database is a SQLite file or a PostgreSQL URL."
+)
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``serve``, ``stats`` and ``migrate`` to ``commands``."""
+    from ._config import DEFAULT_MAX_AGE_DAYS
+    from ._store import Limits
 
     serve = commands.add_parser(
         "serve",
         help="receive batches at POST /v1/batch (embedded server, for a laptop or a demo)",
-        description="Serve the collector with the embedded server until interrupted. With --port 0 a free "
-        "port is picked. The first line on stdout is 'listening on URL'. For production, run the WSGI "
-        "application under gunicorn or uWSGI behind a TLS proxy (see the self-hosting docs).",
+        description="Serve the collector with the embedded server until interrupted (SIGINT or SIGTERM). With "
+        "--port 0 a free port is picked. The first line on stdout is 'listening on URL'. For production, run "
+        "the WSGI application spool_reporter.collector.wsgi:application under gunicorn behind a TLS proxy "
+        "(see the self-hosting docs).",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port; 0 picks a free one (default: %(default)s)")
-    serve.add_argument("--db", required=True, type=Path, metavar="PATH", help="SQLite file (created if missing)")
+    _add_db(serve, "where to store (created if missing)")
+    serve.add_argument(
+        "--max-age-days",
+        type=float,
+        default=DEFAULT_MAX_AGE_DAYS,
+        metavar="DAYS",
+        help="refuse events older than this (default: %(default)g; at most one day ahead is accepted)",
+    )
+    serve.add_argument(
+        "--max-per-client-week",
+        type=int,
+        default=Limits().per_client_week,
+        metavar="N",
+        help="store at most N events per client id per ISO week, count the rest (default: %(default)s; 0: no cap)",
+    )
+    serve.add_argument(
+        "--commands",
+        action="append",
+        default=[],
+        metavar="APP=CMD,CMD",
+        help="also accept this application with these event names (repeat for more; Django's three commands "
+        "are accepted by default)",
+    )
     serve.add_argument(
         "--forward-ga4",
         metavar="MEASUREMENT_ID",
@@ -67,46 +110,55 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "stats",
         help="distinct developers per ISO week, by Django, Python and OS version",
         description="Print distinct client ids per ISO week, broken down by application (Django) version, "
-        "Python version and OS, from a collector database.",
+        "Python version and OS, from a collector database, and the events it refused.",
     )
-    stats.add_argument("--db", required=True, type=Path, metavar="PATH", help="the collector's SQLite file")
+    _add_db(stats, "the collector's database")
     stats.add_argument("--json", action="store_true", help='print {"weeks": [...]} as JSON')
     stats.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML report")
     stats.add_argument("--app", default="Django", help="the application to report (default: %(default)s)")
     stats.set_defaults(func=cmd_stats)
-    return parser
+
+    migrate = commands.add_parser(
+        "migrate",
+        help="create the collector's tables, or bring an older schema up to date",
+        description="Create the collector's tables in the database, or migrate an older schema, and print the "
+        "schema version. serve and the WSGI application do the same when they start; run this once before "
+        "starting several of them, or to check a database.",
+    )
+    _add_db(migrate, "the database (a SQLite file is created if missing)")
+    migrate.set_defaults(func=cmd_migrate)
 
 
-class _Stop(Exception):
-    """Raised by the SIGTERM handler to leave serve_forever()."""
+def _db(args: argparse.Namespace, command: str) -> str | None:
+    """The ``--db`` value, or ``$SPOOL_REPORTER_COLLECTOR_DB``; ``None`` after printing why not."""
+    from ._config import DB_VARIABLE
 
-
-def _raise_stop(signum: int, frame: FrameType | None) -> None:
-    raise _Stop
-
-
-@contextlib.contextmanager
-def _sigterm_stops() -> Iterator[None]:
-    try:
-        previous = signal.signal(signal.SIGTERM, _raise_stop)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    db = args.db if args.db is not None else os.environ.get(DB_VARIABLE, "")
+    if not db:
+        print(f"collector {command}: give --db or set ${DB_VARIABLE}", file=sys.stderr)
+        return None
+    return str(db)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from . import CollectorError, GA4Forwarder, serve
+    from ._config import limits, policy
     from ._forward import GA4_ENDPOINT
     from ._server import is_loopback
 
     if not 0 <= args.port <= 65535:
         print(f"collector serve: port must be 0-65535, got {args.port}", file=sys.stderr)
         return 2
+    db = _db(args, "serve")
+    if db is None:
+        return 2
     forward = None
+    try:
+        accept = policy(max_age_days=args.max_age_days, commands=args.commands)
+        keep = limits(per_client_week=args.max_per_client_week)
+    except CollectorError as exc:
+        print(f"collector serve: {exc}", file=sys.stderr)
+        return 2
     try:
         if args.forward_ga4:
             secret = os.environ.get(API_SECRET_VARIABLE, "")
@@ -116,9 +168,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             forward = GA4Forwarder(
                 measurement_id=args.forward_ga4, api_secret=secret, endpoint=args.ga4_endpoint or GA4_ENDPOINT
             )
-        server = serve(args.db, host=args.host, port=args.port, forward=forward)
-    except (CollectorError, OSError) as exc:
+        server = serve(db, host=args.host, port=args.port, forward=forward, policy=accept, limits=keep)
+    except CollectorError as exc:
         print(f"collector serve: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"collector serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     if not is_loopback(args.host):
         print(
@@ -128,25 +183,93 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     print(f"listening on {server.url}", flush=True)
     try:
-        with _sigterm_stops():
+        with _signals_stop(server.request_stop):
             server.serve_forever()
-    except (_Stop, KeyboardInterrupt):
+    except KeyboardInterrupt:  # before the handler was installed, or not the main thread
         pass
     finally:
         server.stop()
     counts = server.app.counters.as_dict()
     print(
-        f"stopped after {counts['requests']} requests: {counts['accepted']} events stored, "
-        f"{counts['duplicates']} duplicates, {counts['rejected']} requests refused",
+        f"stopped after {_n(counts['requests'], 'request')}: {_n(counts['accepted'], 'event')} stored, "
+        f"{_n(counts['duplicates'], 'duplicate')}, {_n(counts['rejected'], 'request')} refused, "
+        f"{_n(counts['refused'], 'event')} refused",
         flush=True,
     )
     return 0
 
 
-def _text(stats: Stats, db: Path) -> str:
+@contextlib.contextmanager
+def _signals_stop(stop: Callable[[], None]) -> Iterator[None]:
+    """SIGTERM and SIGINT call ``stop`` (which only sets a flag) while the block runs."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop()
+
+    previous = {}
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        pass
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from . import CollectorError, open_store
+
+    db = _db(args, "migrate")
+    if db is None:
+        return 2
+    try:
+        before = _existing_version(db)
+        store = open_store(db, create=True)
+        try:
+            after = store.schema_version()
+            where = store.display
+        finally:
+            store.close()
+    except CollectorError as exc:
+        print(f"collector migrate: {exc}", file=sys.stderr)
+        return 1
+    if before == after:
+        print(f"{where}: schema {after}, up to date")
+    elif before is None:
+        print(f"{where}: created, schema {after}")
+    else:
+        print(f"{where}: migrated from schema {before} to {after}")
+    return 0
+
+
+def _existing_version(db: str) -> int | None:
+    """The schema version of an existing database, or ``None`` if it has no collector tables yet."""
+    from . import CollectorError, open_store
+
+    try:
+        store = open_store(db, create=False)
+    except CollectorError as exc:
+        if "no collector" in str(exc) or "not a collector" in str(exc):
+            return None
+        raise
+    try:
+        return store.schema_version() or 1
+    finally:
+        store.close()
+
+
+def _n(count: int, word: str) -> str:
+    """``1 developer``, ``2 developers``."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _text(stats: Stats, db: str) -> str:
     lines = [
-        f"{stats.app}: {stats.developers} developers, {stats.events} events, "
-        f"{len(stats.weeks)} weeks with events ({db})"
+        f"{stats.app}: {_n(stats.developers, 'developer')}, {_n(stats.events, 'event')}, "
+        f"{_n(len(stats.weeks), 'week')} with events ({db})"
     ]
     if not stats.weeks:
         return lines[0]
@@ -181,12 +304,20 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from . import CollectorError, render_html, stats
+    from . import CollectorError, open_store, render_html, stats
     from ._stats import apps
 
+    db = _db(args, "stats")
+    if db is None:
+        return 2
     try:
-        result = stats(args.db, app=args.app)
-        others = {} if result.events else {k: v for k, v in apps(args.db).items() if k != args.app}
+        store = open_store(db, create=False)
+        try:
+            result = stats(store, app=args.app)
+            others = {} if result.events else {k: v for k, v in apps(store).items() if k != args.app}
+            where = store.display
+        finally:
+            store.close()
     except CollectorError as exc:
         print(f"collector stats: {exc}", file=sys.stderr)
         return 1
@@ -199,20 +330,24 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, ensure_ascii=False))
     else:
-        print(_text(result, args.db))
+        print(_text(result, where))
         if others:
-            names = ", ".join(f"{name} ({n} events)" for name, n in others.items())
+            names = ", ".join(f"{name} ({_n(n, 'event')})" for name, n in others.items())
             print(f"other applications in this database: {names}; choose one with --app")
+        if result.refused:
+            total = sum(sum(r.values()) for r in result.refused.values())
+            print(f"refused: {_n(total, 'event')}")
+            for week, reasons in result.refused.items():
+                print(f"  {week}  " + ", ".join(f"{reason}: {n}" for reason, n in reasons.items()))
         if args.html is not None:
             print(f"report written to {args.html}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m spool_reporter.collector serve|stats ...``."""
-    parser = argparse.ArgumentParser(prog="python -m spool_reporter.collector", description=__doc__)
-    register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
-    # Skip the "collector" word: `python -m spool_reporter.collector serve ...`.
-    args = parser.parse_args(["collector", *(sys.argv[1:] if argv is None else argv)])
+    """``python -m spool_reporter.collector serve|stats|migrate ...``."""
+    parser = argparse.ArgumentParser(prog="python -m spool_reporter.collector", description=DESCRIPTION)
+    add_commands(parser.add_subparsers(dest="collector_command", metavar="COMMAND", required=True))
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     code: int = args.func(args)
     return code

@@ -9,9 +9,8 @@ the same week appears under both and the breakdown may sum to more than :attr:`W
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 
-from ._store import CollectorError, Store
+from ._store import Reader, Store, open_store
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -62,14 +61,18 @@ class Stats:
     events: int
     weeks: list[Week]
     """Oldest first; only weeks with at least one event."""
+    refused: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """Events the collector refused, of every application: week received -> reason -> events (see
+    :data:`spool_reporter._event.REASONS`, and ``over_cap``). For the operator; no client id behind it."""
 
     def as_dict(self) -> dict[str, object]:
-        """The ``collector stats --json`` document: ``{"app", "developers", "events", "weeks": [...]}``."""
+        """The ``collector stats --json`` document: ``{"app", "developers", "events", "weeks": [...], "refused"}``."""
         return {
             "app": self.app,
             "developers": self.developers,
             "events": self.events,
             "weeks": [week.as_dict() for week in self.weeks],
+            "refused": self.refused,
         }
 
 
@@ -78,12 +81,12 @@ def _sorted_counts(pairs: list[tuple[str, int]]) -> dict[str, int]:
     return dict(sorted(pairs, key=lambda kv: (-kv[1], kv[0])))
 
 
-def _breakdown(conn: sqlite3.Connection, app: str, expr: str, distinct: bool) -> dict[str, dict[str, int]]:
+def _breakdown(reader: Reader, app: str, expr: str, distinct: bool) -> dict[str, dict[str, int]]:
     measure = "COUNT(DISTINCT client_id)" if distinct else "COUNT(*)"
     query = f"SELECT week, {expr}, {measure} FROM events WHERE app = ? GROUP BY 1, 2"  # noqa: S608 - fixed expr
     out: dict[str, list[tuple[str, int]]] = {}
-    for week, key, count in conn.execute(query, (app,)):
-        out.setdefault(str(week), []).append((str(key), int(count)))
+    for week, key, count in reader.query(query, (app,)):
+        out.setdefault(str(week), []).append((str(key), int(count)))  # type: ignore[call-overload]
     return {week: _sorted_counts(pairs) for week, pairs in out.items()}
 
 
@@ -93,39 +96,31 @@ _Rows = list[tuple[str, int, int]]
 def _query(
     store: Store, app: str
 ) -> tuple[tuple[int, int], _Rows, dict[str, dict[str, dict[str, int]]], dict[str, dict[str, int]]]:
-    with store.connection() as conn:
-        conn.execute("BEGIN")  # one snapshot for every query below
-        try:
-            total = conn.execute(
-                "SELECT COUNT(DISTINCT client_id), COUNT(*) FROM events WHERE app = ?", (app,)
-            ).fetchone()
-            weekly = [
-                (str(week), int(devs), int(events))
-                for week, devs, events in conn.execute(
-                    "SELECT week, COUNT(DISTINCT client_id), COUNT(*) FROM events WHERE app = ? "
-                    "GROUP BY week ORDER BY week",
-                    (app,),
-                )
-            ]
-            parts = {name: _breakdown(conn, app, expr, True) for name, expr in _BREAKDOWNS.items()}
-            by_event = _breakdown(conn, app, "event", False)
-        finally:
-            conn.execute("COMMIT")
-    return (int(total[0]), int(total[1])), weekly, parts, by_event
+    with store.reading() as reader:  # one snapshot for every query below
+        ((devs, events),) = reader.query("SELECT COUNT(DISTINCT client_id), COUNT(*) FROM events WHERE app = ?", (app,))
+        weekly = [
+            (str(week), int(d), int(n))  # type: ignore[call-overload]
+            for week, d, n in reader.query(
+                "SELECT week, COUNT(DISTINCT client_id), COUNT(*) FROM events WHERE app = ? "
+                "GROUP BY week ORDER BY week",
+                (app,),
+            )
+        ]
+        parts = {name: _breakdown(reader, app, expr, True) for name, expr in _BREAKDOWNS.items()}
+        by_event = _breakdown(reader, app, "event", False)
+    return (int(devs), int(events)), weekly, parts, by_event  # type: ignore[call-overload]
 
 
 def compute(db: str | os.PathLike[str] | Store, *, app: str = DEFAULT_APP) -> Stats:
-    """The weekly statistics of ``app`` in the collector database ``db`` (a path or an open store).
+    """The weekly statistics of ``app`` in the collector database ``db`` (a path, a URL or an open store).
 
-    Raises :class:`~spool_reporter.collector.CollectorError` if the file does not exist (it is never
+    Raises :class:`~spool_reporter.collector.CollectorError` if the database does not exist (it is never
     created) or is not a collector database.
     """
-    store = db if isinstance(db, Store) else Store(db, create=False)
+    store = db if isinstance(db, Store) else open_store(db, create=False)
     try:
         (developers, events), weekly, parts, by_event = _query(store, app)
-    except sqlite3.Error as exc:
-        msg = f"cannot read the collector database {store.path}: {exc}"
-        raise CollectorError(msg) from exc
+        refused = store.refusals()
     finally:
         if store is not db:
             store.close()
@@ -141,19 +136,16 @@ def compute(db: str | os.PathLike[str] | Store, *, app: str = DEFAULT_APP) -> St
         )
         for week, devs, count in weekly
     ]
-    return Stats(app=app, developers=developers, events=events, weeks=weeks)
+    return Stats(app=app, developers=developers, events=events, weeks=weeks, refused=refused)
 
 
 def apps(db: str | os.PathLike[str] | Store) -> dict[str, int]:
     """Application name -> events stored, for every application in the database."""
-    store = db if isinstance(db, Store) else Store(db, create=False)
+    store = db if isinstance(db, Store) else open_store(db, create=False)
     try:
-        with store.connection() as conn:
-            rows = conn.execute("SELECT app, COUNT(*) FROM events GROUP BY app ORDER BY app").fetchall()
-    except sqlite3.Error as exc:
-        msg = f"cannot read the collector database {store.path}: {exc}"
-        raise CollectorError(msg) from exc
+        with store.reading() as reader:
+            rows = reader.query("SELECT app, COUNT(*) FROM events GROUP BY app ORDER BY app")
     finally:
         if store is not db:
             store.close()
-    return {str(name): int(count) for name, count in rows}
+    return {str(name): int(count) for name, count in rows}  # type: ignore[call-overload]

@@ -1,25 +1,26 @@
-"""The collector's SQLite store: one row per event id, written by many threads and processes at once.
+"""The collector's store: one interface, two back ends (SQLite for a laptop, PostgreSQL for a deployment).
 
-**What a row holds.** The allowlisted fields of :data:`spool_reporter._event.FIELDS` except ``user_agent``
-(it is derived from ``app``, ``app_version``, ``python``, ``python_version``, ``os`` and ``arch``, so keeping it
+**What a row holds.** The allowlisted fields of :data:`spool_reporter._event.FIELDS` except ``schema`` (the
+wire format's version, not a fact) and ``user_agent`` (it is derived from ``app``, ``app_version``,
+``python``, ``python_version``, ``os`` and ``arch`` -- the validator checks exactly that -- so keeping it
 would add nothing but a free-text column), plus ``week``, the ISO week of the event's own ``time``
 (``"2026-W49"``), computed on insert so that the statistics are plain ``GROUP BY`` queries. Nothing about
 the request is stored: no address, no header, not even the time the request arrived (which, joined with
 a proxy's access log, would point back to an address).
 
-**Concurrency.** The database runs in WAL mode (readers never block the writer). Each batch is one short
-``BEGIN IMMEDIATE`` transaction: taking the write lock up front means a writer never has to upgrade a
-read lock, which is the case SQLite's busy handler cannot resolve. ``busy_timeout`` makes a writer wait
-for another (thread or process) instead of failing. De-duplication is the primary key on ``event_id``
-with ``INSERT OR IGNORE``: a flusher that was killed after a 2xx sends the same events again and they
-count once.
+**Three tables** (schema version :data:`SCHEMA_VERSION`, created and migrated by the collector itself):
 
-**Connections.** Each process writes through one connection, behind a lock: SQLite runs one write
-transaction at a time anyway, and a connection's page cache is thrown away whenever *another* connection
-has written, so several writing connections in one process would each start every batch with a cold
-cache. Readers (the statistics) borrow connections from a small pool. No connection crosses a ``fork`` (a
-pre-forking WSGI server imports the application before forking its workers): they are created lazily and
-discarded when the process id changes.
+- ``events``: one row per event id (the primary key: a re-delivery to any collector process counts once);
+- ``client_weeks``: events stored per (client id, week), which enforces :attr:`Limits.per_client_week`
+  (counted, never silently dropped) inside the same transaction as the insert;
+- ``refusals``: events refused per (week they were received in, reason from
+  :data:`spool_reporter._event.REASONS`, or ``over_cap``): what the operator watches, with no client id.
+
+**Durability.** :meth:`Store.insert` returns only once the transaction is durable (SQLite
+``synchronous=FULL`` in WAL mode; PostgreSQL's commit), so a 2xx is never answered for a batch a power cut
+could lose after the client deleted it.
+
+Back ends: :mod:`._sqlite` and :mod:`._postgres`; :func:`open_store` picks one from the ``--db`` value.
 """
 
 from __future__ import annotations
@@ -27,240 +28,224 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import sqlite3
-import threading
 
 from spool_reporter import SpoolReporterError
+from spool_reporter._event import FIELDS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
-    from typing import Final
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Final, NamedTuple
+else:
+    from typing import NamedTuple
 
-COLUMNS: Final = (
-    "event_id",
-    "event",
-    "app",
-    "app_version",
-    "python",
-    "python_version",
-    "os",
-    "os_release",
-    "arch",
-    "client_id",
-    "time",
-    "week",
-)
-"""The stored columns: the allowlist minus ``user_agent`` (derivable), plus the ISO ``week`` of ``time``."""
+COLUMNS: Final = (*(f for f in FIELDS if f not in ("schema", "user_agent")), "week")
+"""The stored columns: :data:`~spool_reporter._event.FIELDS` minus ``schema`` and ``user_agent``, plus ``week``."""
 
-SCHEMA_USER_VERSION: Final = 1
-"""``PRAGMA user_version`` of the layout below; bumped with a migration if the columns change."""
+SCHEMA_VERSION: Final = 2
+"""The layout this code writes: 1 had ``events`` only; 2 added ``client_weeks`` and ``refusals``."""
 
-BUSY_TIMEOUT_MS: Final = 10_000
-"""How long a writer waits for another writer's transaction (ours last milliseconds)."""
+OVER_CAP: Final = "over_cap"
+"""The refusal reason of an event beyond :attr:`Limits.per_client_week`."""
 
-POOL_SIZE: Final = 8
-"""Idle reading connections kept per process; more are opened when needed and closed when returned."""
-
-WRITER_CACHE_KIB: Final = 16 * 1024
-"""Page cache of the one writing connection: holds the event-id index of ~1M events (benchmarked)."""
-
-_DDL: Final = (
-    # A rowid table with a UNIQUE index on event_id, not a WITHOUT ROWID table keyed by it: rows then
-    # append in arrival order and only the small index takes random (uuid) inserts, which keeps the pages a
-    # batch dirties, and so the WAL written per batch, several times smaller (benchmarks/bench_collector.py).
-    # No index for the statistics: they scan the table, which costs a report a second per ~million events
-    # and costs every insert nothing.
-    "CREATE TABLE IF NOT EXISTS events ("
-    " event_id TEXT NOT NULL UNIQUE,"
-    " event TEXT NOT NULL, app TEXT NOT NULL, app_version TEXT NOT NULL,"
-    " python TEXT NOT NULL, python_version TEXT NOT NULL,"
-    " os TEXT NOT NULL, os_release TEXT NOT NULL, arch TEXT NOT NULL,"
-    " client_id TEXT NOT NULL, time TEXT NOT NULL, week TEXT NOT NULL"
-    ")",
-)
-_INSERT: Final = (
-    f"INSERT OR IGNORE INTO events ({', '.join(COLUMNS)}) "  # noqa: S608 - fixed column names
-    f"VALUES ({', '.join('?' * len(COLUMNS))})"
-)
+POSTGRES_SCHEMES: Final = ("postgresql://", "postgres://")
+"""A ``--db`` value that starts with one of these is a PostgreSQL connection URL; anything else a SQLite path."""
 
 
 class CollectorError(SpoolReporterError):
     """The collector cannot do what was asked (a missing database, an unusable configuration)."""
 
 
+class Unavailable(CollectorError):
+    """The database is busy or unreachable for now: answered ``503`` with ``Retry-After``."""
+
+
 Row = tuple[str, str, str, str, str, str, str, str, str, str, str, str]
 """One event as stored, in :data:`COLUMNS` order."""
 
 
+class Inserted(NamedTuple):
+    """What :meth:`Store.insert` did with a batch's rows."""
+
+    added: int
+    """Rows stored for the first time."""
+    new: list[Row]
+    """Those rows (only when asked for with ``want_new``)."""
+    limited: int = 0
+    """Rows refused because their client id had reached :attr:`Limits.per_client_week` that week."""
+
+
+class Limits(NamedTuple):
+    """Per-store limits on what is kept."""
+
+    per_client_week: int = 1000
+    """Events stored per client id per ISO week; beyond that they are refused and counted as ``over_cap``.
+    A developer who runs ``runserver`` a hundred times a day stays far below; ``0`` turns the cap off."""
+
+
+_WEEKS: dict[str, str] = {}
+"""``"2026-12-03"`` -> ``"2026-W49"`` for the days seen (the time window keeps this small)."""
+
+
 def iso_week(time_text: str) -> str | None:
-    """``"2026-12-03T08:15:48Z"`` -> ``"2026-W49"``; ``None`` unless it is a real UTC time in that exact form.
+    """``"2026-12-03T08:15:48Z"`` -> ``"2026-W49"``; ``None`` unless it is a real UTC time in that exact form."""
+    from spool_reporter._event import parse_time
 
-    Hand-parsed: :func:`time.strptime` costs ~7 us, and every event of every batch passes here.
+    if parse_time(time_text) is None:
+        return None
+    day = time_text[:10]
+    week = _WEEKS.get(day)
+    if week is None:
+        year, num, _ = datetime.date(int(day[0:4]), int(day[5:7]), int(day[8:10])).isocalendar()
+        week = f"{year:04d}-W{num:02d}"
+        if len(_WEEKS) >= 4096:
+            _WEEKS.clear()
+        _WEEKS[day] = week
+    return week
+
+
+def this_week(now: float) -> str:
+    """The ISO week of the epoch time ``now`` (UTC)."""
+    year, num, _ = datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isocalendar()
+    return f"{year:04d}-W{num:02d}"
+
+
+def is_postgres(db: str | os.PathLike[str]) -> bool:
+    """Whether ``db`` names a PostgreSQL database (a ``postgresql://`` URL) rather than a SQLite file."""
+    return isinstance(db, str) and db.startswith(POSTGRES_SCHEMES)
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages (``postgresql://user:***@host/db``)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    netloc, slash, path = rest.partition("/")
+    creds, at, host = netloc.rpartition("@")
+    if at and ":" in creds:
+        creds = creds.split(":", 1)[0] + ":***"
+    # A password can also travel in the query string (?password=...).
+    query_start = path.find("?")
+    if query_start >= 0 and "password" in path[query_start:].lower():
+        path = path[:query_start] + "?***"
+    return f"{scheme}://{creds}{at}{host}{slash}{path}"
+
+
+class Reader:
+    """One consistent snapshot of the store for the statistics (from :meth:`Store.reading`).
+
+    ``query`` takes SQL with ``?`` placeholders (translated for the back end) and returns all rows.
     """
-    if len(time_text) != 20 or not time_text.isascii():
-        return None
-    t = time_text
-    if t[4] != "-" or t[7] != "-" or t[10] != "T" or t[13] != ":" or t[16] != ":" or t[19] != "Z":
-        return None
-    digits = t[0:4] + t[5:7] + t[8:10] + t[11:13] + t[14:16] + t[17:19]
-    if not digits.isdigit():
-        return None
-    hour, minute, second = int(t[11:13]), int(t[14:16]), int(t[17:19])
-    if hour > 23 or minute > 59 or second > 60:  # 60: a leap second is a real time
-        return None
-    try:
-        year, week, _ = datetime.date(int(t[0:4]), int(t[5:7]), int(t[8:10])).isocalendar()
-    except ValueError:
-        return None
-    return f"{year:04d}-W{week:02d}"
 
+    def __init__(self, run: Callable[[str, Sequence[object]], list[tuple[object, ...]]]) -> None:
+        self._run = run
 
-def connect(path: str) -> sqlite3.Connection:
-    """A connection in autocommit mode (we write ``BEGIN``/``COMMIT`` ourselves) with our pragmas."""
-    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
-    try:
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        # NORMAL is durable against a killed process in WAL mode; only a power cut can lose the last commits,
-        # and the clients keep their spool until they get a 2xx, so they would send those again.
-        conn.execute("PRAGMA synchronous = NORMAL")
-    except BaseException:
-        conn.close()  # e.g. "file is not a database": never leave the connection to the garbage collector
-        raise
-    return conn
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
+        return self._run(sql, params)
 
 
 class Store:
-    """The events database at ``path``.
+    """The interface both back ends implement. Every method is safe from many threads at once."""
 
-    :param path: the SQLite file (created with its tables if ``create`` is true).
-    :param create: create the file and tables if missing; otherwise a missing file raises
-        :class:`CollectorError` (``stats`` never creates an empty database by mistake).
-    """
+    kind: str = "?"
+    """``"sqlite"`` or ``"postgresql"``."""
+    display: str = "?"
+    """The database as messages name it (a path, or a URL without its password)."""
+    limits: Limits = Limits()
 
-    def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
-        self.path = os.fspath(path)
-        if not create and not os.path.isfile(self.path):
-            msg = f"no collector database at {self.path}"
-            raise CollectorError(msg)
-        self._lock = threading.Lock()
-        self._write_lock = threading.Lock()
-        self._writer: sqlite3.Connection | None = None
-        self._pool: list[sqlite3.Connection] = []
-        self._pid = os.getpid()
-        if create:
-            conn = connect(self.path)
-            try:
-                # journal_mode is persistent in the file: set once, every later connection gets WAL.
-                conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("BEGIN IMMEDIATE")
-                for statement in _DDL:
-                    conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_USER_VERSION}")
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                conn.close()
-                msg = f"cannot open the collector database {self.path}: {exc}"
-                raise CollectorError(msg) from exc
-            self._put(conn)
+    def insert(
+        self,
+        rows: Sequence[Row],
+        *,
+        want_new: bool = False,
+        refused: Mapping[str, int] | None = None,
+        now: float | None = None,
+    ) -> Inserted:
+        """Store ``rows`` in one durable transaction, within the limits, and count the refused events.
 
-    @contextlib.contextmanager
-    def connection(self) -> Iterator[sqlite3.Connection]:
-        """Borrow a connection for the duration of a ``with`` block."""
-        conn = self._get()
-        try:
-            yield conn
-        except BaseException:
-            # The connection may be inside a failed transaction: do not hand it to the next request.
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
-            raise
-        self._put(conn)
-
-    def _get(self) -> sqlite3.Connection:
-        with self._lock:
-            if self._pid != os.getpid():  # forked: the parent's connections are not ours to use
-                self._pool = []
-                self._writer = None
-                self._pid = os.getpid()
-            if self._pool:
-                return self._pool.pop()
-        return connect(self.path)
-
-    def _put(self, conn: sqlite3.Connection) -> None:
-        with self._lock:
-            if self._pid == os.getpid() and len(self._pool) < POOL_SIZE:
-                self._pool.append(conn)
-                return
-        conn.close()
-
-    def insert(self, rows: Sequence[Row], *, want_new: bool = False) -> tuple[int, list[Row]]:
-        """Store ``rows`` in one transaction; return (how many were new, the new rows if ``want_new``).
-
-        A row whose ``event_id`` is already stored, or repeated within ``rows``, is a duplicate.
+        A row whose ``event_id`` is already stored, or repeated within ``rows``, is a duplicate. Rows over
+        :attr:`Limits.per_client_week` are not stored and are counted as :data:`OVER_CAP`. ``refused``
+        (reason -> events, refused before they got here) is added to the ``refusals`` of the week of ``now``
+        (default: the clock) in the same transaction: no client id, no text of theirs.
         """
-        if not rows:
-            return 0, []
-        with self._write_lock:
-            conn = self._writing_connection()
-            try:
-                return self._insert(conn, rows, want_new)
-            except BaseException:
-                self._writer = None  # possibly inside a failed transaction: start afresh next time
-                with contextlib.suppress(sqlite3.Error):
-                    conn.close()
-                raise
+        raise NotImplementedError
 
-    def _writing_connection(self) -> sqlite3.Connection:
-        with self._lock:
-            if self._pid != os.getpid():
-                self._pool, self._writer, self._pid = [], None, os.getpid()
-            if self._writer is None:
-                self._writer = connect(self.path)
-                self._writer.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
-            return self._writer
+    def refusals(self) -> dict[str, dict[str, int]]:
+        """Week (when refused) -> reason -> events refused (nothing for a database of schema 1)."""
+        if self.schema_version() < 2:
+            return {}
+        with self.reading() as reader:
+            rows = reader.query("SELECT week, reason, n FROM refusals ORDER BY week, reason")
+        out: dict[str, dict[str, int]] = {}
+        for week, reason, n in rows:
+            out.setdefault(str(week), {})[str(reason)] = int(n)  # type: ignore[call-overload]
+        return out
 
-    @staticmethod
-    def _insert(conn: sqlite3.Connection, rows: Sequence[Row], want_new: bool) -> tuple[int, list[Row]]:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            new: list[Row] = []
-            if want_new:
-                # Inside the write transaction, so no other writer can add one of these meanwhile.
-                ids = list({row[0] for row in rows})
-                known: set[str] = set()
-                for start in range(0, len(ids), 500):  # SQLite's variable limit is >= 999
-                    chunk = ids[start : start + 500]
-                    marks = ",".join("?" * len(chunk))
-                    query = f"SELECT event_id FROM events WHERE event_id IN ({marks})"  # noqa: S608 - only ?s
-                    known.update(r[0] for r in conn.execute(query, chunk))
-                for row in rows:
-                    if row[0] not in known:
-                        known.add(row[0])
-                        new.append(row)
-            before = conn.total_changes
-            conn.executemany(_INSERT, rows)
-            added = conn.total_changes - before
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
-        return added, new
+    def reading(self) -> contextlib.AbstractContextManager[Reader]:
+        """A :class:`Reader` over one snapshot, for a ``with`` block."""
+        raise NotImplementedError
 
     def count(self) -> tuple[int, int]:
         """(events stored, distinct client ids)."""
-        with self.connection() as conn:
-            row = conn.execute("SELECT COUNT(*), COUNT(DISTINCT client_id) FROM events").fetchone()
-        return int(row[0]), int(row[1])
+        with self.reading() as reader:
+            (row,) = reader.query("SELECT COUNT(*), COUNT(DISTINCT client_id) FROM events")
+        return int(row[0]), int(row[1])  # type: ignore[call-overload]
+
+    def schema_version(self) -> int:
+        """The schema version recorded in the database."""
+        raise NotImplementedError
 
     def close(self) -> None:
         """Close the idle connections (borrowed ones close when returned after this)."""
-        with self._write_lock, self._lock:
-            pool, self._pool = self._pool, []
-            if self._writer is not None:
-                pool.append(self._writer)
-                self._writer = None
-            self._pid = -1  # connections returned later are closed, not pooled
-        for conn in pool:
-            conn.close()
+        raise NotImplementedError
+
+
+def open_store(db: str | os.PathLike[str], *, create: bool = True, limits: Limits | None = None) -> Store:
+    """The store named by ``db``: a ``postgresql://`` URL, or a SQLite file path.
+
+    :param create: create the database's tables (and a missing SQLite file), and migrate an older schema;
+        otherwise a missing SQLite file raises :class:`CollectorError` (``stats`` never creates an empty
+        database by mistake) -- an older schema is still read.
+    :raises CollectorError: with one line saying why the database cannot be used.
+    """
+    if is_postgres(db):
+        from ._postgres import PostgresStore
+
+        return PostgresStore(str(db), create=create, limits=limits or Limits())
+    from ._sqlite import SQLiteStore
+
+    return SQLiteStore(db, create=create, limits=limits or Limits())
+
+
+def group_new(rows: Sequence[Row], known: set[str]) -> tuple[list[Row], dict[tuple[str, str], int]]:
+    """The rows whose id is neither in ``known`` nor earlier in ``rows``, and their count per (client, week)."""
+    new: list[Row] = []
+    seen = set(known)
+    groups: dict[tuple[str, str], int] = {}
+    for row in rows:
+        if row[0] in seen:
+            continue
+        seen.add(row[0])
+        new.append(row)
+        key = (row[9], row[11])
+        groups[key] = groups.get(key, 0) + 1
+    return new, groups
+
+
+def apply_cap(
+    new: list[Row], groups: dict[tuple[str, str], int], used: Mapping[tuple[str, str], int], cap: int
+) -> tuple[list[Row], dict[tuple[str, str], int], int]:
+    """(rows to store, stored per group, rows over the cap): each group gets what its client has left."""
+    if cap <= 0:
+        return new, groups, 0
+    room = {key: max(0, cap - used.get(key, 0)) for key in groups}
+    if all(room[key] >= n for key, n in groups.items()):
+        return new, groups, 0
+    kept: list[Row] = []
+    taken: dict[tuple[str, str], int] = {}
+    for row in new:
+        key = (row[9], row[11])
+        if taken.get(key, 0) < room[key]:
+            taken[key] = taken.get(key, 0) + 1
+            kept.append(row)
+    return kept, taken, len(new) - len(kept)

@@ -1,37 +1,49 @@
 """The wire formats of ``POST /v1/batch`` and ``POST /mp/collect``, parsed strictly.
 
 **``/v1/batch``** (:func:`parse_batch`, the ``json`` transport): the body is ``{"schema": 1, "events": [...]}``:
-exactly those two keys, at most :data:`MAX_EVENTS` events, each an object with exactly the allowlisted
-fields (:data:`spool_reporter._event.FIELDS`) that passes :func:`spool_reporter._event.validate` and carries
-a real UTC ``time``.
+exactly those two keys, at most :data:`MAX_EVENTS` events. Each event is then judged on its own by
+:func:`spool_reporter._event.check` -- the one validator the client also runs before it sends -- under the
+collector's :class:`Policy` (the time window, each application's commands): a valid event becomes a row
+to store, an invalid one is counted by reason and never costs its neighbours.
 
 **``/mp/collect``** (:func:`parse_ga4`, the ``ga4`` transport pointed at this collector): exactly what
 ``spool_reporter/transports/ga4.py`` emits, ``{"client_id": …, "events": [{"name": …, "params": {…},
 "timestamp_micros": …}]}`` -- exactly those keys, exactly the parameters of
 :data:`spool_reporter.transports.ga4.PARAMS`, at most :data:`GA4_MAX_EVENTS` events and
-:data:`GA4_MAX_BODY_BYTES` bytes, an event name GA4 would accept, a whole-second ``timestamp_micros``.
-Each event is rebuilt as the project's event (``time`` from ``timestamp_micros`` in UTC, ``user_agent``
-derived from the parameters as the hook derives it, ``schema`` 1) and passed through the same
-:func:`~spool_reporter._event.validate`, so one allowlist guards both paths. GA4 payloads carry no event
+:data:`GA4_MAX_BODY_BYTES` bytes. Each event that has GA4's shape (an event name GA4 would accept, a
+whole-second ``timestamp_micros``) is rebuilt as the project's event (``time`` from ``timestamp_micros`` in UTC,
+``user_agent`` derived from the parameters as the hook derives it, ``schema`` 1) and judged by the same
+:func:`~spool_reporter._event.check`, so one validator guards both paths. GA4 payloads carry no event
 id: :func:`ga4_event_id` derives one from the event's content, so an identical resend (a flusher killed
 after the 2xx) is stored once -- and two identical events from one client in the same second count once.
 
-Anything else is refused as a whole with a short reason (the client's own validation makes a refused batch
-a bug, not weather), so one malformed event never slips in next to good ones.
+A body that is not a batch at all (not JSON, other keys, too many events, another schema) is refused as a
+whole with a short reason (:class:`BadRequest`, a ``400``); a well-formed batch is always answered ``2xx``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import time
 
-from spool_reporter._event import FIELDS, SCHEMA_VERSION, format_user_agent, is_uuid4, iso_time, validate
+from spool_reporter._event import (
+    DJANGO_COMMANDS,
+    MAX_AGE_SECONDS,
+    SCHEMA_VERSION,
+    check,
+    format_user_agent,
+    is_uuid4,
+    iso_time,
+)
 from spool_reporter.transports import ga4 as _ga4
 
-from ._store import Row, iso_week
+from ._store import COLUMNS, Row, iso_week
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
     from typing import Final
 
 MAX_EVENTS: Final = 500
@@ -49,7 +61,8 @@ GA4_MAX_BODY_BYTES: Final = _ga4.MAX_BODY_BYTES
 GA4_ID_DOMAIN: Final = b"spool_reporter/collector ga4 event id v1\n"
 """Hashed before an event's content in :func:`ga4_event_id`: names the derivation, so it can change later."""
 
-_FIELD_SET: Final = frozenset(FIELDS)
+_ROW_FIELDS: Final = COLUMNS[:-1]
+"""The event's fields a row keeps, in row order (the row adds ``week``)."""
 _TOP_KEYS: Final = frozenset(("schema", "events"))
 _GA4_TOP_KEYS: Final = frozenset(("client_id", "events"))
 _GA4_EVENT_KEYS: Final = frozenset(("name", "params", "timestamp_micros"))
@@ -64,6 +77,45 @@ class BadRequest(ValueError):
     """The request is not a valid batch; ``str(exc)`` is the short reason sent back with the 400."""
 
 
+DEFAULT_COMMANDS: Final = {"Django": DJANGO_COMMANDS}
+"""Applications accepted by default, each with its command set: DEP 8's Django and its three commands."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """What the collector accepts, beyond the shape every event must have (keyword-only, immutable).
+
+    :param commands: application name -> the event names accepted for it; events of another application
+        are refused as ``app`` (an operator who collects for their own tool adds it here, or with
+        ``serve --commands``).
+    :param max_age: the oldest event accepted, in seconds before now (default 30 days).
+    :param clock: the wall clock (``time.time``), replaceable in tests.
+    """
+
+    commands: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=lambda: dict(DEFAULT_COMMANDS))
+    max_age: float = MAX_AGE_SECONDS
+    clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        if not self.max_age > 0:
+            msg = f"max_age must be positive, got {self.max_age!r}"
+            raise ValueError(msg)
+
+
+@dataclasses.dataclass
+class Parsed:
+    """The events of one request: rows to store and refusals by reason."""
+
+    rows: list[Row]
+    refused: dict[str, int]
+    now: float
+    """The clock reading the time window was judged against (also names the week the refusals count in)."""
+
+    @property
+    def rejected(self) -> int:
+        return sum(self.refused.values())
+
+
 def _no_constants(name: str) -> object:
     # NaN and Infinity are not JSON; Python's parser accepts them unless told otherwise.
     raise BadRequest("not JSON")
@@ -76,28 +128,22 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return obj
 
 
-def _row(obj: object) -> Row | None:
-    event = validate(obj)
-    if event is None or type(event["schema"]) is not int:  # validate() lets True pass as 1
-        return None
-    week = iso_week(str(event["time"]))
-    if week is None:
-        return None
-    e = event
-    return (
-        str(e["event_id"]),
-        str(e["event"]),
-        str(e["app"]),
-        str(e["app_version"]),
-        str(e["python"]),
-        str(e["python_version"]),
-        str(e["os"]),
-        str(e["os_release"]),
-        str(e["arch"]),
-        str(e["client_id"]),
-        str(e["time"]),
-        week,
-    )
+def _judge(obj: object, policy: Policy, now: float, rows: list[Row], refused: dict[str, int]) -> None:
+    """Append ``obj`` to ``rows`` if valid, else count it in ``refused`` under its reason."""
+    app = obj.get("app") if type(obj) is dict else None
+    commands = policy.commands.get(app) if type(app) is str else None
+    if commands is None:
+        reason = check(obj, now=now, max_age=policy.max_age)
+        reason = reason or "app"  # valid, but not an application this collector counts
+    else:
+        reason = check(obj, now=now, max_age=policy.max_age, commands=commands)
+    if reason is not None:
+        refused[reason] = refused.get(reason, 0) + 1
+        return
+    e: dict[str, str] = obj  # type: ignore[assignment]  # check() proved it an event
+    week = iso_week(e["time"])
+    assert week is not None  # check() parsed the time
+    rows.append((*[e[key] for key in _ROW_FIELDS], week))  # type: ignore[arg-type]
 
 
 def _load(body: bytes, cap: int) -> dict[str, object]:
@@ -116,19 +162,12 @@ def _load(body: bytes, cap: int) -> dict[str, object]:
     return doc
 
 
-def _key_problem(obj: dict[str, object], expected: frozenset[str], what: str) -> str:
-    """``unknown field 'x'`` or ``missing field 'y'`` for an object whose keys are not ``expected``."""
-    present = set(obj)
-    unknown = sorted(present - expected)
-    missing = sorted(expected - present)
-    return f"unknown {what} {unknown[0][:40]!a}" if unknown else f"missing {what} {missing[0]!r}"
-
-
-def parse_batch(body: bytes) -> list[Row]:
-    """The events of a batch body, as rows to store; raises :class:`BadRequest` for anything else.
+def parse_batch(body: bytes, policy: Policy | None = None) -> Parsed:
+    """The events of a batch body: rows to store and refusals; raises :class:`BadRequest` if not a batch.
 
     Never raises anything but :class:`BadRequest` (fuzzed in ``tests/test_collector.py``).
     """
+    policy = policy or Policy()
     doc = _load(body, MAX_BODY_BYTES)
     if set(doc) != _TOP_KEYS:
         raise BadRequest('expected exactly the keys "schema" and "events"')
@@ -140,15 +179,11 @@ def parse_batch(body: bytes) -> list[Row]:
         raise BadRequest('"events" is not a list')
     if len(events) > MAX_EVENTS:
         raise BadRequest(f"too many events (at most {MAX_EVENTS} per batch)")
-    rows: list[Row] = []
-    for index, obj in enumerate(events):
-        if isinstance(obj, dict) and set(obj) != _FIELD_SET:
-            raise BadRequest(f"event {index}: {_key_problem(obj, _FIELD_SET, 'field')}")
-        row = _row(obj)
-        if row is None:
-            raise BadRequest(f"event {index}: invalid")
-        rows.append(row)
-    return rows
+    now = policy.clock()
+    parsed = Parsed(rows=[], refused={}, now=now)
+    for obj in events:
+        _judge(obj, policy, now, parsed.rows, parsed.refused)
+    return parsed
 
 
 def ga4_event_id(client_id: str, name: str, timestamp_micros: int, params: dict[str, str]) -> str:
@@ -171,49 +206,44 @@ def ga4_event_id(client_id: str, name: str, timestamp_micros: int, params: dict[
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def _ga4_row(client_id: str, obj: object, index: int) -> Row:
-    if not isinstance(obj, dict):
-        raise BadRequest(f"event {index}: invalid")
-    if set(obj) != _GA4_EVENT_KEYS:
-        raise BadRequest(f"event {index}: {_key_problem(obj, _GA4_EVENT_KEYS, 'field')}")
+def _ga4_event(client_id: str, obj: object) -> dict[str, object] | None:
+    """The project's event rebuilt from one GA4-shaped event, or ``None`` if it does not have GA4's shape."""
+    if type(obj) is not dict or obj.keys() != _GA4_EVENT_KEYS:
+        return None
     name, params, micros = obj["name"], obj["params"], obj["timestamp_micros"]
-    if not isinstance(params, dict):
-        raise BadRequest(f"event {index}: invalid")
-    if set(params) != _GA4_PARAM_SET:
-        raise BadRequest(f"event {index}: {_key_problem(params, _GA4_PARAM_SET, 'parameter')}")
+    if type(params) is not dict or params.keys() != _GA4_PARAM_SET:
+        return None
     if not isinstance(name, str) or _ga4.name_problem(name, event=True) is not None:
-        raise BadRequest(f"event {index}: invalid name")
+        return None
     # An int (not a bool, not a float), whole seconds as the ga4 transport sends them, within the years the
     # event's time format can spell. Required: this collector never uses the arrival time instead.
     if type(micros) is not int or micros < 0 or micros % _MICROS or micros // _MICROS > _LAST_SECOND:
-        raise BadRequest(f"event {index}: invalid timestamp_micros")
-    if not all(isinstance(value, str) for value in params.values()):
-        raise BadRequest(f"event {index}: invalid")
+        return None
+    if not all(type(value) is str for value in params.values()):
+        return None
     p: dict[str, str] = params
-    event: dict[str, object] = {
+    return {
         "schema": SCHEMA_VERSION,
         "event_id": ga4_event_id(client_id, name, micros, p),
         "event": name,
         **{key: p[key] for key in _GA4_PARAMS},
-        # Not sent by GA4; derived exactly as the hook derives it, so that validate() sees a whole event.
+        # Not sent by GA4; derived exactly as the hook derives it, so that check() sees a whole event.
         "user_agent": format_user_agent(
             p["app"], p["app_version"], impl=p["python"], pyver=p["python_version"], family=p["os"], arch=p["arch"]
         ),
         "client_id": client_id,
         "time": iso_time(micros // _MICROS),
     }
-    row = _row(event)
-    if row is None:
-        raise BadRequest(f"event {index}: invalid")
-    return row
 
 
-def parse_ga4(body: bytes) -> list[Row]:
-    """The events of a GA4-shaped ``/mp/collect`` body, as rows to store; raises :class:`BadRequest` otherwise.
+def parse_ga4(body: bytes, policy: Policy | None = None) -> Parsed:
+    """The events of a GA4-shaped ``/mp/collect`` body: rows and refusals; :class:`BadRequest` if not one.
 
     Accepts exactly the shape :class:`spool_reporter.transports.ga4.GA4Transport` emits (see the module
-    docstring). Never raises anything but :class:`BadRequest` (fuzzed in ``tests/test_collector_ga4.py``).
+    docstring). An event without GA4's shape is refused as ``shape``. Never raises anything but
+    :class:`BadRequest` (fuzzed in ``tests/test_collector_ga4.py``).
     """
+    policy = policy or Policy()
     doc = _load(body, GA4_MAX_BODY_BYTES)
     if set(doc) != _GA4_TOP_KEYS:
         raise BadRequest('expected exactly the keys "client_id" and "events"')
@@ -225,4 +255,12 @@ def parse_ga4(body: bytes) -> list[Row]:
         raise BadRequest('"events" is not a list')
     if len(events) > GA4_MAX_EVENTS:
         raise BadRequest(f"too many events (at most {GA4_MAX_EVENTS} per request)")
-    return [_ga4_row(client_id, obj, index) for index, obj in enumerate(events)]
+    now = policy.clock()
+    parsed = Parsed(rows=[], refused={}, now=now)
+    for obj in events:
+        event = _ga4_event(client_id, obj)
+        if event is None:
+            parsed.refused["shape"] = parsed.refused.get("shape", 0) + 1
+        else:
+            _judge(event, policy, now, parsed.rows, parsed.refused)
+    return parsed

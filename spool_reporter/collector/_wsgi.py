@@ -1,4 +1,8 @@
-"""The WSGI application: ``POST /v1/batch`` in, ``{"accepted": n, "duplicates": m}`` out.
+"""The WSGI application: ``POST /v1/batch`` in, ``{"accepted": n, "duplicates": m, "rejected": r}`` out.
+
+Each event of a well-formed batch is judged on its own (:mod:`._wire`, :class:`~._wire.Policy`): the answer is
+``200`` with how many were stored, already known, and refused (invalid, or over the per-client weekly cap),
+so one bad event never costs its neighbours. The ``200`` is sent once the batch is durable.
 
 It also accepts what the ``ga4`` transport sends, at ``POST /mp/collect``, so that a client configured for
 GA4 can point its endpoint at this collector instead of Google: the body is parsed by
@@ -16,11 +20,10 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 import threading
 
-from ._store import Row, Store
-from ._wire import GA4_MAX_BODY_BYTES, MAX_BODY_BYTES, BadRequest, parse_batch, parse_ga4
+from ._store import Row, Store, Unavailable
+from ._wire import GA4_MAX_BODY_BYTES, MAX_BODY_BYTES, BadRequest, Parsed, Policy, parse_batch, parse_ga4
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -71,7 +74,7 @@ _REASONS: Final = {
 class Counters:
     """What this process's collector has seen since it started (for tests, the benchmark and the demo)."""
 
-    __slots__ = ("_lock", "accepted", "duplicates", "forward_dropped", "rejected", "requests")
+    __slots__ = ("_lock", "accepted", "duplicates", "forward_dropped", "refused", "rejected", "requests")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -83,6 +86,8 @@ class Counters:
         """Events whose id was already stored (or repeated within a batch)."""
         self.rejected = 0
         """Requests answered 4xx."""
+        self.refused = 0
+        """Events of well-formed requests refused (invalid, or over the per-client weekly cap)."""
         self.forward_dropped = 0
         """New events the forwarder's full queue refused."""
 
@@ -98,6 +103,7 @@ class Counters:
                 "accepted": self.accepted,
                 "duplicates": self.duplicates,
                 "rejected": self.rejected,
+                "refused": self.refused,
                 "forward_dropped": self.forward_dropped,
             }
 
@@ -179,15 +185,16 @@ class Collector:
     :ivar counters: what it has seen since it started (:class:`Counters`).
     """
 
-    def __init__(self, store: Store, *, forward: Forwarder | None = None) -> None:
+    def __init__(self, store: Store, *, forward: Forwarder | None = None, policy: Policy | None = None) -> None:
         self.store = store
         self.forward = forward
+        self.policy = policy or Policy()
         self.counters = Counters()
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         try:
             status, body, content_type, extra = self._handle(environ)
-        except sqlite3.OperationalError:  # the database stayed locked beyond busy_timeout: come back later
+        except Unavailable:  # the database stayed locked beyond its timeout, or is unreachable: come back later
             status, body, content_type, extra = 503, b"busy\n", "text/plain; charset=utf-8", [("Retry-After", "5")]
         except Exception as exc:  # never a traceback with request data in a server's error log
             _LOG.error("collector: internal error (%s)", type(exc).__name__)
@@ -230,23 +237,36 @@ class Collector:
 
     def _batch(self, environ: Environ) -> tuple[int, bytes, str, list[tuple[str, str]]]:
         _check_json_request(environ)
-        rows = parse_batch(_read_body(environ))
-        added = self._store(rows)
-        answer = json.dumps({"accepted": added, "duplicates": len(rows) - added}).encode("ascii")
-        return 200, answer, "application/json", []
+        parsed = parse_batch(_read_body(environ), self.policy)
+        added, limited = self._store(parsed)
+        answer = {
+            "accepted": added,
+            "duplicates": len(parsed.rows) - added - limited,
+            "rejected": parsed.rejected + limited,
+        }
+        return 200, json.dumps(answer).encode("ascii"), "application/json", []
 
     def _ga4(self, environ: Environ) -> tuple[int, bytes, str, list[tuple[str, str]]]:
         # QUERY_STRING (measurement_id, api_secret) is deliberately never read.
         _check_json_request(environ)
-        self._store(parse_ga4(_read_body(environ, GA4_MAX_BODY_BYTES)))
+        self._store(parse_ga4(_read_body(environ, GA4_MAX_BODY_BYTES), self.policy))
         return 204, b"", "", []  # what GA4 answers; the ga4 transport only looks for a 2xx
 
-    def _store(self, rows: list[Row]) -> int:
-        """Store ``rows``, hand the new ones to the forwarder, count; return how many were new."""
+    def _store(self, parsed: Parsed) -> tuple[int, int]:
+        """Store the rows and count the refusals (one transaction), hand the new rows to the forwarder;
+        return (rows new, rows over the cap)."""
         forward = self.forward
-        added, new = self.store.insert(rows, want_new=forward is not None)
+        rows: list[Row] = parsed.rows
+        added, new, limited = self.store.insert(
+            rows, want_new=forward is not None, refused=parsed.refused, now=parsed.now
+        )
         dropped = 0
         if forward is not None and new and not forward.submit(list(new)):
             dropped = len(new)
-        self.counters.add(accepted=added, duplicates=len(rows) - added, forward_dropped=dropped)
-        return added
+        self.counters.add(
+            accepted=added,
+            duplicates=len(rows) - added - limited,
+            refused=parsed.rejected + limited,
+            forward_dropped=dropped,
+        )
+        return added, limited

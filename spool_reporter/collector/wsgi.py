@@ -2,20 +2,26 @@
 
 ::
 
-    SPOOL_REPORTER_COLLECTOR_DB=/var/lib/spool-collector/events.sqlite3 \\
-        gunicorn --workers 2 --threads 4 --bind 127.0.0.1:8000 spool_reporter.collector.wsgi:application
+    SPOOL_REPORTER_COLLECTOR_DB=postgresql://collector@db.internal/spool \\
+        gunicorn --workers 4 --threads 4 --bind 127.0.0.1:8000 spool_reporter.collector.wsgi:application
 
-``SPOOL_REPORTER_COLLECTOR_DB`` (required) is the SQLite file. Forwarding to GA4 is on when both
-``SPOOL_REPORTER_GA4_MEASUREMENT_ID`` and ``SPOOL_REPORTER_GA4_API_SECRET`` are set.
+``SPOOL_REPORTER_COLLECTOR_DB`` (required) is the SQLite file or the ``postgresql://`` URL; the other
+settings are in :mod:`spool_reporter.collector._config` (maximum event age, per-client weekly cap, the
+applications and their commands). Forwarding to GA4 is on when both ``SPOOL_REPORTER_GA4_MEASUREMENT_ID``
+and ``SPOOL_REPORTER_GA4_API_SECRET`` are set. The schema is created or migrated when the application is
+first built (each gunicorn worker does it; a lock makes it happen once).
 """
 
 from __future__ import annotations
 
 import os
 
-from . import Collector, CollectorError, GA4Forwarder, make_app
+from . import Collector, GA4Forwarder, make_app
+from ._config import DB_VARIABLE
+from ._config import from_environ as _settings
 
-DB_VARIABLE = "SPOOL_REPORTER_COLLECTOR_DB"
+__all__ = ["API_SECRET_VARIABLE", "DB_VARIABLE", "MEASUREMENT_ID_VARIABLE", "from_environ"]
+
 MEASUREMENT_ID_VARIABLE = "SPOOL_REPORTER_GA4_MEASUREMENT_ID"
 API_SECRET_VARIABLE = "SPOOL_REPORTER_GA4_API_SECRET"  # noqa: S105 - the variable's name, not a secret
 
@@ -23,13 +29,10 @@ API_SECRET_VARIABLE = "SPOOL_REPORTER_GA4_API_SECRET"  # noqa: S105 - the variab
 def from_environ(environ: dict[str, str] | None = None) -> Collector:
     """Build the application from ``environ`` (default :data:`os.environ`)."""
     env = dict(os.environ if environ is None else environ)
-    db = env.get(DB_VARIABLE, "")
-    if not db:
-        msg = f"set {DB_VARIABLE} to the collector's SQLite file"
-        raise CollectorError(msg)
+    db, policy, limits = _settings(env)
     measurement_id, secret = env.get(MEASUREMENT_ID_VARIABLE, ""), env.get(API_SECRET_VARIABLE, "")
     forward = GA4Forwarder(measurement_id=measurement_id, api_secret=secret) if measurement_id and secret else None
-    return make_app(db, forward=forward)
+    return make_app(db, forward=forward, policy=policy, limits=limits)
 
 
 def __getattr__(name: str) -> Collector:

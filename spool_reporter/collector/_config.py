@@ -1,0 +1,113 @@
+"""The collector's settings, from the command line or the environment: one parser for both.
+
+- ``SPOOL_REPORTER_COLLECTOR_DB`` / ``--db``: the SQLite file or ``postgresql://`` URL (required);
+- ``SPOOL_REPORTER_COLLECTOR_MAX_AGE_DAYS`` / ``--max-age-days``: the oldest event accepted (default 30);
+- ``SPOOL_REPORTER_COLLECTOR_CLIENT_CAP`` / ``--max-per-client-week``: events kept per client id per week
+  (default 1000, ``0`` for no cap);
+- ``SPOOL_REPORTER_COLLECTOR_COMMANDS`` / ``--commands APP=CMD,CMD`` (repeated): more applications and their
+  event names (Django's three commands are always accepted unless replaced).
+
+In the environment, several ``--commands`` values are separated by ``;``.
+"""
+
+from __future__ import annotations
+
+from spool_reporter._event import MAX_AGE_SECONDS, MAX_FUTURE_SECONDS, check
+
+from ._store import CollectorError, Limits
+from ._wire import DEFAULT_COMMANDS, Policy
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Final
+
+DB_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_DB"
+MAX_AGE_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_MAX_AGE_DAYS"
+CAP_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_CLIENT_CAP"
+COMMANDS_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_COMMANDS"
+
+MAX_AGE_DAYS_LIMIT: Final = 3660
+"""The largest ``--max-age-days`` (ten years): anything more is a typo."""
+
+DEFAULT_MAX_AGE_DAYS: Final = MAX_AGE_SECONDS // 86400
+
+
+def parse_commands(values: Iterable[str]) -> dict[str, frozenset[str]]:
+    """``["MyTool=build,test"]`` -> the default applications plus ``{"MyTool": {"build", "test"}}``.
+
+    A value for an application already present replaces its commands. Names follow the event's rules
+    (an application name an ``App`` accepts, GA4-valid command names).
+    """
+    out = dict(DEFAULT_COMMANDS)
+    for value in values:
+        app, eq, names = value.partition("=")
+        app = app.strip()
+        commands = frozenset(n.strip() for n in names.split(",") if n.strip())
+        probe = {
+            "schema": 1,
+            "event_id": "00000000-0000-4000-8000-000000000000",
+            "event": "x",
+            "app": app,
+            "app_version": "1.0",
+            "python": "CPython",
+            "python_version": "3.12",
+            "os": "Linux",
+            "os_release": "6.1",
+            "arch": "x86_64",
+            "user_agent": f"{app}/1.0 CPython/3.12 (Linux; x86_64)",
+            "client_id": "00000000-0000-4000-8000-000000000000",
+            "time": "2026-01-01T00:00:00Z",
+        }
+        if not eq or not commands or check(probe) == "app":
+            msg = f"--commands takes APP=COMMAND[,COMMAND...], got {value!r}"
+            raise CollectorError(msg)
+        for name in commands:
+            if check({**probe, "event": name}) is not None:
+                msg = f"--commands: {name!r} is not a valid event name ([A-Za-z][A-Za-z0-9_]*, at most 40)"
+                raise CollectorError(msg)
+        out[app] = commands
+    return out
+
+
+def policy(*, max_age_days: float = DEFAULT_MAX_AGE_DAYS, commands: Iterable[str] = ()) -> Policy:
+    """A :class:`~._wire.Policy` from the settings' values; :class:`CollectorError` for a bad one."""
+    if not 0 < max_age_days <= MAX_AGE_DAYS_LIMIT:
+        msg = f"the maximum event age must be 1-{MAX_AGE_DAYS_LIMIT} days, got {max_age_days:g}"
+        raise CollectorError(msg)
+    if max_age_days * 86400 < MAX_FUTURE_SECONDS:
+        msg = "the maximum event age must be at least one day"
+        raise CollectorError(msg)
+    return Policy(commands=parse_commands(commands), max_age=max_age_days * 86400)
+
+
+def limits(*, per_client_week: int = Limits().per_client_week) -> Limits:
+    if per_client_week < 0:
+        msg = f"the per-client weekly cap must be 0 (none) or more, got {per_client_week}"
+        raise CollectorError(msg)
+    return Limits(per_client_week=per_client_week)
+
+
+def _number(env: Mapping[str, str], name: str, default: float, kind: type[float] | type[int]) -> float:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        return kind(text)
+    except ValueError:
+        msg = f"{name} must be a number, got {text!r}"
+        raise CollectorError(msg) from None
+
+
+def from_environ(env: Mapping[str, str]) -> tuple[str, Policy, Limits]:
+    """(database, policy, limits) from the environment variables above."""
+    db = env.get(DB_VARIABLE, "").strip()
+    if not db:
+        msg = f"set {DB_VARIABLE} to the collector's SQLite file or postgresql:// URL"
+        raise CollectorError(msg)
+    commands = [v for v in env.get(COMMANDS_VARIABLE, "").split(";") if v.strip()]
+    return (
+        db,
+        policy(max_age_days=_number(env, MAX_AGE_VARIABLE, DEFAULT_MAX_AGE_DAYS, float), commands=commands),
+        limits(per_client_week=int(_number(env, CAP_VARIABLE, Limits().per_client_week, int))),
+    )

@@ -1,0 +1,331 @@
+"""The PostgreSQL back end (psycopg 3): for a deployment, where several collector processes on several hosts
+write to one database.
+
+``pip install 'spool_reporter[collector]'`` brings psycopg (and gunicorn). ``--db`` (or
+``SPOOL_REPORTER_COLLECTOR_DB``) is then a libpq connection URL, e.g. ``postgresql://collector@db.internal/
+spool`` (a password is best kept in ``~/.pgpass`` or ``PGPASSWORD``, never on a command line).
+
+**Counting once across processes.** ``event_id`` is the primary key and every insert is ``INSERT ... ON
+CONFLICT DO NOTHING``, so a batch re-delivered to any process, even at the same moment, counts once.
+Each batch is one transaction that first locks its clients' ``client_weeks`` rows (in one fixed order, so
+two transactions never deadlock): two batches of one client id are serialised, which makes "which ids are
+new" and the per-client weekly cap exact, while batches of different clients run side by side.
+
+**Durability.** A batch is answered ``2xx`` after its ``COMMIT`` returns, i.e. once PostgreSQL has flushed
+it to its WAL (``synchronous_commit`` ``on``, the default: do not turn it off for this database).
+
+**Schema.** Created and migrated by the collector itself, under a transaction-scoped advisory lock so that
+many processes starting at once migrate once; the version is the one row of ``spool_reporter_schema``.
+Event and client ids are ``uuid`` columns (16 bytes, not 36 characters of text).
+
+**Connections.** A small pool per process, created lazily and discarded across a ``fork``. A connection
+that fails is closed, and the request is answered ``503`` with ``Retry-After`` (the flusher keeps the batch
+and comes back), never with a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+
+from ._store import (
+    COLUMNS,
+    OVER_CAP,
+    SCHEMA_VERSION,
+    CollectorError,
+    Inserted,
+    Limits,
+    Reader,
+    Row,
+    Store,
+    Unavailable,
+    apply_cap,
+    group_new,
+    redact,
+    this_week,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from typing import Any, Final, TypeVar
+
+    import psycopg
+
+    _T = TypeVar("_T")
+
+POOL_SIZE: Final = 8
+"""Idle connections kept per process (a gunicorn worker with 4 threads uses at most 4)."""
+
+CONNECT_TIMEOUT_S: Final = 5
+"""libpq's ``connect_timeout``: a database that does not answer is an error line, not a hang."""
+
+LOCK_TIMEOUT_MS: Final = 10_000
+"""How long a batch waits for another batch of the same client (a few ms each), as SQLite's busy timeout."""
+
+ADVISORY_LOCK: Final = 0x5350_4F4F_4C52  # "SPOOLR"
+"""The advisory lock key that serialises schema migrations between processes."""
+
+_TYPES: Final = {"event_id": "uuid", "client_id": "uuid"}
+"""Column types other than ``text``."""
+
+MIGRATIONS: Final = {
+    1: (
+        "CREATE TABLE IF NOT EXISTS events ("
+        + ", ".join(f"{c} {_TYPES.get(c, 'text')} NOT NULL" for c in COLUMNS)
+        + ", PRIMARY KEY (event_id))",
+    ),
+    2: (
+        "CREATE TABLE IF NOT EXISTS client_weeks ("
+        " client_id uuid NOT NULL, week text NOT NULL, n integer NOT NULL, PRIMARY KEY (client_id, week))",
+        "CREATE TABLE IF NOT EXISTS refusals ("
+        " week text NOT NULL, reason text NOT NULL, n bigint NOT NULL, PRIMARY KEY (week, reason))",
+        "INSERT INTO client_weeks (client_id, week, n) SELECT client_id, week, COUNT(*) FROM events GROUP BY 1, 2 "
+        "ON CONFLICT DO NOTHING",
+    ),
+}
+"""Schema version -> the statements that reach it from the one before."""
+assert max(MIGRATIONS) == SCHEMA_VERSION
+
+_ARRAYS: Final = ", ".join(f"%s::{_TYPES.get(c, 'text')}[]" for c in COLUMNS)
+_INSERT: Final = (
+    f"INSERT INTO events ({', '.join(COLUMNS)}) SELECT * FROM unnest({_ARRAYS}) "  # noqa: S608 - fixed names
+    "ON CONFLICT (event_id) DO NOTHING"
+)
+_ENSURE_CLIENT_WEEKS: Final = (
+    "INSERT INTO client_weeks (client_id, week, n) SELECT c, w, 0 FROM unnest(%s::uuid[], %s::text[]) AS u(c, w) "
+    "ON CONFLICT DO NOTHING"
+)
+_LOCK_CLIENT_WEEKS: Final = (
+    "SELECT client_id::text, week, n FROM client_weeks "
+    "WHERE (client_id, week) IN (SELECT * FROM unnest(%s::uuid[], %s::text[])) "
+    'ORDER BY client_id, week COLLATE "C" FOR UPDATE'
+)
+_KNOWN: Final = "SELECT event_id::text FROM events WHERE event_id = ANY(%s::uuid[])"
+_ADD_CLIENT_WEEKS: Final = (
+    "UPDATE client_weeks AS c SET n = c.n + u.n FROM unnest(%s::uuid[], %s::text[], %s::integer[]) AS u(c, w, n) "
+    "WHERE c.client_id = u.c AND c.week = u.w"
+)
+_ADD_REFUSAL: Final = (
+    "INSERT INTO refusals (week, reason, n) VALUES (%s, %s, %s) "
+    "ON CONFLICT (week, reason) DO UPDATE SET n = refusals.n + excluded.n"
+)
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:
+        msg = "a postgresql:// database needs psycopg 3: pip install 'spool_reporter[collector]'"
+        raise CollectorError(msg) from exc
+    return psycopg
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+class PostgresStore(Store):
+    """The events database at the PostgreSQL URL ``url``.
+
+    :param url: a libpq connection URL (``postgresql://user@host:port/dbname``, ``?host=/run/postgresql``).
+    :param create: create the tables and migrate an older schema (the database itself must exist);
+        otherwise a database without the collector's tables raises :class:`CollectorError`.
+    :param limits: what is kept (:class:`~._store.Limits`).
+    """
+
+    kind = "postgresql"
+
+    def __init__(self, url: str, *, create: bool = True, limits: Limits | None = None) -> None:
+        self.url = url
+        self.display = redact(url)
+        self.limits = limits or Limits()
+        self._pg: Any = _psycopg()
+        self._lock = threading.Lock()
+        self._pool: list[psycopg.Connection[Any]] = []
+        self._pid = os.getpid()
+        conn = self._connect()
+        try:
+            with conn.transaction():
+                if create:
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK,))
+                version = self._version(conn)
+                if version > SCHEMA_VERSION:
+                    msg = (
+                        f"the collector database {self.display} has schema {version}, newer than this collector's "
+                        f"{SCHEMA_VERSION}: upgrade spool_reporter"
+                    )
+                    raise CollectorError(msg)
+                if create:
+                    self._migrate(conn, version)
+                elif version == 0:
+                    msg = f"{self.display} has no collector tables (run `collector migrate --db ...` or serve once)"
+                    raise CollectorError(msg)
+        except self._pg.Error as exc:
+            conn.close()
+            msg = f"cannot open the collector database {self.display}: {_first_line(exc)}"
+            raise CollectorError(msg) from exc
+        except BaseException:
+            conn.close()
+            raise
+        self._put(conn)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            conn: psycopg.Connection[Any] = self._pg.connect(
+                self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="spool_reporter"
+            )
+        except self._pg.Error as exc:  # OperationalError, ProgrammingError (a malformed URL)
+            msg = f"cannot connect to the collector database {self.display}: {_first_line(exc)}"
+            raise Unavailable(msg) from exc
+        try:
+            conn.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @staticmethod
+    def _version(conn: psycopg.Connection[Any]) -> int:
+        exists = conn.execute("SELECT to_regclass('spool_reporter_schema') IS NOT NULL").fetchone()
+        if exists and exists[0]:
+            row = conn.execute("SELECT version FROM spool_reporter_schema").fetchone()
+            return int(row[0]) if row else 0
+        events = conn.execute("SELECT to_regclass('events') IS NOT NULL").fetchone()
+        return 1 if events and events[0] else 0
+
+    @staticmethod
+    def _migrate(conn: psycopg.Connection[Any], version: int) -> None:
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[target]:
+                conn.execute(statement)
+        conn.execute("CREATE TABLE IF NOT EXISTS spool_reporter_schema (version integer NOT NULL)")
+        conn.execute("DELETE FROM spool_reporter_schema")
+        conn.execute("INSERT INTO spool_reporter_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
+
+    def schema_version(self) -> int:
+        return self._run(self._version)
+
+    # -- connections ----------------------------------------------------------------------------------------
+
+    def _get(self) -> psycopg.Connection[Any]:
+        with self._lock:
+            if self._pid != os.getpid():  # forked: the parent's connections are not ours to use
+                self._pool, self._pid = [], os.getpid()
+            if self._pool:
+                return self._pool.pop()
+        return self._connect()
+
+    def _put(self, conn: psycopg.Connection[Any]) -> None:
+        with self._lock:
+            if self._pid == os.getpid() and len(self._pool) < POOL_SIZE and not conn.closed:
+                self._pool.append(conn)
+                return
+        conn.close()
+
+    def _run(self, work: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        """``work(conn)`` on a pooled connection; a failed connection is closed, never pooled again."""
+        conn = self._get()
+        try:
+            result = work(conn)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                conn.close()
+            transient = (
+                self._pg.OperationalError,
+                self._pg.errors.DeadlockDetected,
+                self._pg.errors.SerializationFailure,
+            )
+            if isinstance(exc, transient):
+                msg = f"the collector database {self.display} is unavailable: {_first_line(exc)}"
+                raise Unavailable(msg) from exc
+            raise
+        self._put(conn)
+        return result
+
+    # -- writing --------------------------------------------------------------------------------------------
+
+    def insert(
+        self,
+        rows: Sequence[Row],
+        *,
+        want_new: bool = False,
+        refused: Mapping[str, int] | None = None,
+        now: float | None = None,
+    ) -> Inserted:
+        if not rows and not refused:
+            return Inserted(0, [], 0)
+        return self._run(lambda conn: self._insert(conn, rows, want_new, dict(refused or {}), now))
+
+    def _insert(
+        self,
+        conn: psycopg.Connection[Any],
+        rows: Sequence[Row],
+        want_new: bool,
+        refused: dict[str, int],
+        now: float | None,
+    ) -> Inserted:
+        cap = self.limits.per_client_week
+        keys = sorted({(row[9], row[11]) for row in rows})
+        clients, weeks = [k[0] for k in keys], [k[1] for k in keys]
+        kept: list[Row] = []
+        added = limited = 0
+        with conn.transaction(), conn.cursor() as cur:
+            if rows:
+                # Lock this batch's (client, week) rows, creating missing ones, in one order (see the docstring).
+                cur.execute(_ENSURE_CLIENT_WEEKS, (clients, weeks))
+                used = {(c, w): int(n) for c, w, n in cur.execute(_LOCK_CLIENT_WEEKS, (clients, weeks))}
+                known = {r[0] for r in cur.execute(_KNOWN, (list({row[0] for row in rows}),))}
+                new, groups = group_new(rows, known)
+                kept, taken, limited = apply_cap(new, groups, used, cap)
+                if kept:
+                    columns = [list(column) for column in zip(*kept, strict=True)]
+                    added = cur.execute(_INSERT, columns).rowcount
+                    items = sorted(taken.items())
+                    cur.execute(
+                        _ADD_CLIENT_WEEKS, ([k[0] for k, _ in items], [k[1] for k, _ in items], [n for _, n in items])
+                    )
+            if limited:
+                refused[OVER_CAP] = refused.get(OVER_CAP, 0) + limited
+            if refused:
+                week = this_week(time.time() if now is None else now)
+                cur.executemany(_ADD_REFUSAL, [(week, reason, n) for reason, n in sorted(refused.items()) if n])
+        return Inserted(added, kept if want_new else [], limited)
+
+    # -- reading --------------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Reader]:
+        conn = self._get()
+        try:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")  # one snapshot
+
+                def run(sql: str, params: Sequence[object]) -> list[tuple[object, ...]]:
+                    return list(conn.execute(sql.replace("?", "%s"), tuple(params)))
+
+                yield Reader(run)
+        except self._pg.Error as exc:
+            with contextlib.suppress(Exception):
+                conn.close()
+            msg = f"cannot read the collector database {self.display}: {_first_line(exc)}"
+            raise CollectorError(msg) from exc
+        except BaseException:
+            with contextlib.suppress(Exception):
+                conn.close()
+            raise
+        self._put(conn)
+
+    def reading(self) -> contextlib.AbstractContextManager[Reader]:
+        return self._reading()
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, []
+            self._pid = -1  # connections returned later are closed, not pooled
+        for conn in pool:
+            with contextlib.suppress(Exception):
+                conn.close()

@@ -1,0 +1,384 @@
+"""The SQLite back end: the embedded default for a laptop, the demo and the tests (one file, no server).
+
+**Concurrency.** The database runs in WAL mode (readers never block the writer). Each batch is one short
+``BEGIN IMMEDIATE`` transaction: taking the write lock up front means a writer never has to upgrade a
+read lock, which is the case SQLite's busy handler cannot resolve, and it makes the reads inside the
+transaction (which ids are new, how many events each client already has this week) exact. ``busy_timeout``
+makes a writer wait for another (thread or process) instead of failing; a database that stays locked is
+:class:`~._store.Unavailable` (``503``).
+
+**Durability.** ``synchronous=FULL``: in WAL mode every commit is fsynced before :meth:`SQLiteStore.insert`
+returns, so the ``2xx`` that follows means the batch survives a power cut (``NORMAL`` would survive a killed
+process only, and the client deletes what was answered ``2xx``).
+
+**File safety.** The file is created ``0600`` before SQLite opens it, whatever the umask; SQLite gives its
+``-wal`` and ``-shm`` files the database file's mode (``os_unix.c``, ``findCreateFileMode``), and the tests
+check all three under ``umask 000`` as an unprivileged user. Client ids are not for other local users.
+
+**Connections.** Each process writes through one connection, behind a lock: SQLite runs one write
+transaction at a time anyway, and a connection's page cache is thrown away whenever *another* connection
+has written, so several writing connections in one process would each start every batch with a cold
+cache. Readers (the statistics) borrow connections from a small pool. No connection crosses a ``fork`` (a
+pre-forking WSGI server imports the application before forking its workers): they are created lazily and
+discarded when the process id changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import stat
+import threading
+import time
+
+from ._store import (
+    COLUMNS,
+    OVER_CAP,
+    SCHEMA_VERSION,
+    CollectorError,
+    Inserted,
+    Limits,
+    Reader,
+    Row,
+    Store,
+    Unavailable,
+    apply_cap,
+    group_new,
+    this_week,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+    from typing import Final
+
+BUSY_TIMEOUT_MS: Final = 10_000
+"""How long a writer waits for another writer's transaction (ours last milliseconds)."""
+
+POOL_SIZE: Final = 8
+"""Idle reading connections kept per process; more are opened when needed and closed when returned."""
+
+WRITER_CACHE_KIB: Final = 16 * 1024
+"""Page cache of the one writing connection: holds the event-id index of ~1M events (benchmarked)."""
+
+FILE_MODE: Final = 0o600
+"""The database file (and so its ``-wal`` and ``-shm``): the owner only."""
+
+_EVENTS_DDL: Final = (
+    # A rowid table with a UNIQUE index on event_id, not a WITHOUT ROWID table keyed by it: rows then
+    # append in arrival order and only the small index takes random (uuid) inserts, which keeps the pages a
+    # batch dirties, and so the WAL written per batch, several times smaller (benchmarks/bench_collector.py).
+    # No index for the statistics: they scan the table, which costs a report a second per ~million events
+    # and costs every insert nothing.
+    "CREATE TABLE IF NOT EXISTS events ("
+    " event_id TEXT NOT NULL UNIQUE,"
+    " event TEXT NOT NULL, app TEXT NOT NULL, app_version TEXT NOT NULL,"
+    " python TEXT NOT NULL, python_version TEXT NOT NULL,"
+    " os TEXT NOT NULL, os_release TEXT NOT NULL, arch TEXT NOT NULL,"
+    " client_id TEXT NOT NULL, time TEXT NOT NULL, week TEXT NOT NULL"
+    ")"
+)
+MIGRATIONS: Final = {
+    1: (_EVENTS_DDL,),
+    2: (
+        "CREATE TABLE IF NOT EXISTS client_weeks ("
+        " client_id TEXT NOT NULL, week TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (client_id, week)"
+        ") WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS refusals ("
+        " week TEXT NOT NULL, reason TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (week, reason)"
+        ") WITHOUT ROWID",
+        # The cap counts what is already stored, so a database from schema 1 starts with its history.
+        "INSERT OR IGNORE INTO client_weeks (client_id, week, n) "
+        "SELECT client_id, week, COUNT(*) FROM events GROUP BY 1, 2",
+    ),
+}
+"""Schema version -> the statements that reach it from the one before (``PRAGMA user_version`` records it)."""
+assert max(MIGRATIONS) == SCHEMA_VERSION
+
+_INSERT: Final = (
+    f"INSERT OR IGNORE INTO events ({', '.join(COLUMNS)}) "  # noqa: S608 - fixed column names
+    f"VALUES ({', '.join('?' * len(COLUMNS))})"
+)
+_ADD_CLIENT_WEEK: Final = (
+    "INSERT INTO client_weeks (client_id, week, n) VALUES (?, ?, ?) "
+    "ON CONFLICT (client_id, week) DO UPDATE SET n = n + excluded.n"
+)
+_ADD_REFUSAL: Final = "INSERT INTO refusals (week, reason, n) VALUES (?, ?, ?) ON CONFLICT (week, reason) DO UPDATE SET n = n + excluded.n"
+_CHUNK: Final = 400
+"""Variables per ``IN (...)`` query: below SQLite's historical limit of 999."""
+
+
+def _create_private(path: str) -> None:
+    """Create ``path`` empty and ``0600`` unless it exists (never through a symlink)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, FILE_MODE)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, FILE_MODE)  # the umask may have taken bits away; it cannot have added any
+    finally:
+        os.close(fd)
+
+
+def connect(path: str) -> sqlite3.Connection:
+    """A connection in autocommit mode (we write ``BEGIN``/``COMMIT`` ourselves) with our pragmas."""
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        # FULL: every commit is on disk before the 2xx (see the module docstring).
+        conn.execute("PRAGMA synchronous = FULL")
+    except BaseException:
+        conn.close()  # e.g. "file is not a database": never leave the connection to the garbage collector
+        raise
+    return conn
+
+
+def _unavailable(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+class SQLiteStore(Store):
+    """The events database in the SQLite file ``path``.
+
+    :param path: the SQLite file (created ``0600``, with its tables, if ``create`` is true).
+    :param create: create the file and tables if missing, and migrate an older schema; otherwise a missing
+        file raises :class:`CollectorError` (``stats`` never creates an empty database by mistake).
+    :param limits: what is kept (:class:`~._store.Limits`).
+    """
+
+    kind = "sqlite"
+
+    def __init__(self, path: str | os.PathLike[str], *, create: bool = True, limits: Limits | None = None) -> None:
+        self.path = os.fspath(path)
+        self.display = self.path
+        self.limits = limits or Limits()
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            msg = f"cannot open the collector database {self.path}: {exc.strerror or exc}"
+            raise CollectorError(msg) from exc
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            msg = f"cannot open the collector database {self.path}: not a regular file"
+            raise CollectorError(msg)
+        if st is None and not create:
+            msg = f"no collector database at {self.path}"
+            raise CollectorError(msg)
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._writer: sqlite3.Connection | None = None
+        self._pool: list[sqlite3.Connection] = []
+        self._pid = os.getpid()
+        try:
+            if create:
+                _create_private(self.path)
+            conn = connect(self.path)
+        except (OSError, sqlite3.Error) as exc:
+            msg = f"cannot open the collector database {self.path}: {getattr(exc, 'strerror', None) or exc}"
+            raise CollectorError(msg) from exc
+        try:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            if version > SCHEMA_VERSION:
+                msg = (
+                    f"the collector database {self.path} has schema {version}, newer than this collector's "
+                    f"{SCHEMA_VERSION}: upgrade spool_reporter"
+                )
+                raise CollectorError(msg)
+            if create:
+                self._migrate(conn)
+            elif version == 0 and not self._has_events(conn):
+                msg = f"{self.path} is not a collector database"
+                raise CollectorError(msg)
+        except sqlite3.Error as exc:
+            conn.close()
+            msg = f"cannot open the collector database {self.path}: {exc}"
+            raise CollectorError(msg) from exc
+        except BaseException:
+            conn.close()
+            raise
+        self._put(conn)
+
+    @staticmethod
+    def _has_events(conn: sqlite3.Connection) -> bool:
+        return (
+            conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'").fetchone() is not None
+        )
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        # journal_mode is persistent in the file: set once, every later connection gets WAL.
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            if version == 0 and self._has_events(conn):
+                version = 1  # written before versions were recorded: the same table
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[target]:
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+
+    def schema_version(self) -> int:
+        with self._connection() as conn:
+            return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+    # -- connections ----------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        conn = self._get()
+        try:
+            yield conn
+        except BaseException:
+            # The connection may be inside a failed transaction: do not hand it to the next request.
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+            raise
+        self._put(conn)
+
+    def connection(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """Borrow a raw connection for a ``with`` block (tests, and the operator's own queries)."""
+        return self._connection()
+
+    def _forked(self) -> None:
+        if self._pid != os.getpid():  # forked: the parent's connections are not ours to use
+            self._pool, self._writer, self._pid = [], None, os.getpid()
+
+    def _get(self) -> sqlite3.Connection:
+        with self._lock:
+            self._forked()
+            if self._pool:
+                return self._pool.pop()
+        return connect(self.path)
+
+    def _put(self, conn: sqlite3.Connection) -> None:
+        with self._lock:
+            if self._pid == os.getpid() and len(self._pool) < POOL_SIZE:
+                self._pool.append(conn)
+                return
+        conn.close()
+
+    def _writing_connection(self) -> sqlite3.Connection:
+        with self._lock:
+            self._forked()
+            if self._writer is None:
+                self._writer = connect(self.path)
+                self._writer.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
+            return self._writer
+
+    # -- writing --------------------------------------------------------------------------------------------
+
+    def insert(
+        self,
+        rows: Sequence[Row],
+        *,
+        want_new: bool = False,
+        refused: Mapping[str, int] | None = None,
+        now: float | None = None,
+    ) -> Inserted:
+        if not rows and not refused:
+            return Inserted(0, [], 0)
+        return self._write(lambda conn: self._insert(conn, rows, want_new, dict(refused or {}), now))
+
+    def _write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        with self._write_lock:
+            conn = self._writing_connection()
+            try:
+                return work(conn)
+            except sqlite3.OperationalError as exc:
+                self._drop_writer(conn)
+                if _unavailable(exc):
+                    raise Unavailable(str(exc)) from exc
+                raise
+            except BaseException:
+                self._drop_writer(conn)
+                raise
+
+    def _drop_writer(self, conn: sqlite3.Connection) -> None:
+        self._writer = None  # possibly inside a failed transaction: start afresh next time
+        with contextlib.suppress(sqlite3.Error):
+            conn.close()
+
+    def _insert(
+        self, conn: sqlite3.Connection, rows: Sequence[Row], want_new: bool, refused: dict[str, int], now: float | None
+    ) -> Inserted:
+        cap = self.limits.per_client_week
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Inside the write transaction, so no other writer can add one of these meanwhile.
+            ids = list({row[0] for row in rows})
+            known: set[str] = set()
+            for start in range(0, len(ids), _CHUNK):
+                chunk = ids[start : start + _CHUNK]
+                query = f"SELECT event_id FROM events WHERE event_id IN ({','.join('?' * len(chunk))})"  # noqa: S608
+                known.update(r[0] for r in conn.execute(query, chunk))
+            new, groups = group_new(rows, known)
+            used: dict[tuple[str, str], int] = {}
+            if cap > 0 and groups:
+                clients = list({client for client, _ in groups})
+                for start in range(0, len(clients), _CHUNK):
+                    chunk = clients[start : start + _CHUNK]
+                    query = (
+                        "SELECT client_id, week, n FROM client_weeks "  # noqa: S608 - only ?s
+                        f"WHERE client_id IN ({','.join('?' * len(chunk))})"
+                    )
+                    for client, week, n in conn.execute(query, chunk):
+                        if (client, week) in groups:
+                            used[(client, week)] = int(n)
+            kept, taken, limited = apply_cap(new, groups, used, cap)
+            conn.executemany(_INSERT, kept)
+            conn.executemany(_ADD_CLIENT_WEEK, [(client, week, n) for (client, week), n in taken.items()])
+            if limited:
+                refused[OVER_CAP] = refused.get(OVER_CAP, 0) + limited
+            if refused:
+                week = this_week(time.time() if now is None else now)
+                conn.executemany(_ADD_REFUSAL, [(week, reason, n) for reason, n in sorted(refused.items()) if n])
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        return Inserted(len(kept), kept if want_new else [], limited)
+
+    # -- reading --------------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Reader]:
+        try:
+            with self._connection() as conn:
+                conn.execute("BEGIN")  # one snapshot for every query of the block
+                try:
+                    yield Reader(lambda sql, params: list(conn.execute(sql, tuple(params))))
+                finally:
+                    conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            msg = f"cannot read the collector database {self.path}: {exc}"
+            raise CollectorError(msg) from exc
+
+    def reading(self) -> contextlib.AbstractContextManager[Reader]:
+        return self._reading()
+
+    def close(self) -> None:
+        with self._write_lock, self._lock:
+            pool, self._pool = self._pool, []
+            if self._writer is not None:
+                pool.append(self._writer)
+                self._writer = None
+            self._pid = -1  # connections returned later are closed, not pooled
+        for conn in pool:
+            conn.close()
+
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    _T = TypeVar("_T")
