@@ -12,6 +12,7 @@ import http.server
 import io
 import json
 import logging
+import math
 import socket
 import threading
 import time
@@ -24,19 +25,22 @@ import urllib3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spool_reporter._event import FIELDS, validate
+from spool_reporter._event import DJANGO_COMMANDS, FIELDS, check, validate
 from spool_reporter.collector import (
     MAX_BODY_BYTES,
     MAX_EVENTS,
     CollectorError,
     CollectorServer,
     GA4Forwarder,
+    Policy,
     make_app,
+    open_store,
     render_html,
     serve,
     stats,
 )
-from spool_reporter.collector._store import Store, iso_week
+from spool_reporter.collector._sqlite import SQLiteStore
+from spool_reporter.collector._store import Row, iso_week
 from spool_reporter.collector._wire import BadRequest, parse_batch, parse_ga4
 
 
@@ -45,18 +49,18 @@ def _close_every_store() -> Iterator[None]:
     """Close every store these tests open (many open one inline): Python 3.13 warns about SQLite connections
     left to the garbage collector, and ``filterwarnings = error`` then fails whichever later test happens
     to trigger the collection."""
-    opened: list[Store] = []
-    original = Store.__init__
+    opened: list[SQLiteStore] = []
+    original = SQLiteStore.__init__
 
-    def tracking(self: Store, *args: object, **kwargs: object) -> None:
+    def tracking(self: SQLiteStore, *args: object, **kwargs: object) -> None:
         original(self, *args, **kwargs)  # type: ignore[arg-type]
         opened.append(self)
 
-    Store.__init__ = tracking  # type: ignore[method-assign]
+    SQLiteStore.__init__ = tracking  # type: ignore[method-assign]
     try:
         yield
     finally:
-        Store.__init__ = original  # type: ignore[method-assign]
+        SQLiteStore.__init__ = original  # type: ignore[method-assign]
         for store in opened:
             store.close()
 
@@ -69,6 +73,20 @@ MARKER = "marker-5f0d2a7c-header-value"
 """A value sent in an unrelated request header that must never reach the database or the logs."""
 FORWARDED_FOR = "203.0.113.77"
 """A documentation address sent as X-Forwarded-For: it must not be stored either."""
+
+
+CLOCK = 1_799_193_600.0  # 2027-01-06T00:00:00Z: the collector's clock in these tests
+POLICY = Policy(
+    commands={"Django": DJANGO_COMMANDS, "MyTool": frozenset({"startproject"})}, max_age=60 * 86400, clock=lambda: CLOCK
+)
+"""The tests' events are dated 2026-11-30 .. 2027-01-05: a fixed clock keeps them inside the time window."""
+
+
+def rows_of(body: bytes, policy: Policy = POLICY) -> list[Row]:
+    """The rows of a batch that must be wholly valid."""
+    parsed = parse_batch(body, policy)
+    assert parsed.refused == {}, parsed.refused
+    return parsed.rows
 
 
 def det_uuid4(*parts: object) -> str:
@@ -92,8 +110,9 @@ def event(
     python_version: str = "3.11",
     os_name: str = "Linux",
     arch: str = "x86_64",
+    valid: bool = True,
 ) -> dict[str, object]:
-    """One valid event with exactly the allowlisted fields."""
+    """One event with exactly the allowlisted fields (checked valid under :data:`POLICY` unless ``valid=False``)."""
     obj: dict[str, object] = {
         "schema": 1,
         "event_id": event_id or det_uuid4("event", client, when, name, time.perf_counter_ns()),
@@ -110,7 +129,8 @@ def event(
         "time": when,
     }
     assert list(obj) == list(FIELDS)
-    assert validate(dict(obj)) is not None
+    if valid:
+        assert check(dict(obj), now=CLOCK, max_age=POLICY.max_age, commands=POLICY.commands.get(app)) is None
     return obj
 
 
@@ -159,7 +179,7 @@ def db(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def server(db: Path) -> Iterator[CollectorServer]:
-    srv = serve(db).start()
+    srv = serve(db, policy=POLICY).start()
     try:
         yield srv
     finally:
@@ -171,7 +191,7 @@ def server(db: Path) -> Iterator[CollectorServer]:
 
 def test_parse_accepts_a_valid_batch() -> None:
     events = [event(client=i) for i in range(3)]
-    rows = parse_batch(batch(events))
+    rows = rows_of(batch(events))
     assert [r[0] for r in rows] == [e["event_id"] for e in events]
     assert rows[0][-1] == "2026-W49"
     assert "user_agent" not in str(rows)  # dropped: derivable, and free text
@@ -199,28 +219,44 @@ def test_parse_refuses_garbage(body: bytes, reason: str) -> None:
         parse_batch(body)
 
 
-def test_parse_refuses_bad_events() -> None:
+def test_each_event_is_judged_on_its_own() -> None:
     good = event()
     cases = {
-        "unknown field 'remote_addr'": {**good, "remote_addr": "127.0.0.1"},
-        "missing field 'time'": {k: v for k, v in good.items() if k != "time"},
-        "invalid": {**good, "event_id": "not-a-uuid"},
+        "shape": [
+            {**good, "remote_addr": "127.0.0.1"},
+            {k: v for k, v in good.items() if k != "time"},
+            [good],
+            "startproject",
+            {**good, "os": 5},
+        ],
+        "schema": [{**good, "schema": True}, {**good, "schema": 2}],
+        "event_id": [{**good, "event_id": "not-a-uuid"}],
+        "time": [
+            {**good, "time": when}
+            for when in (
+                "2026-02-30T00:00:00Z",
+                "2026-12-03T24:00:00Z",
+                "2026-12-03 08:15:48Z",
+                "\uff12\uff10\uff126-12-03T08:15:48Z",
+            )
+        ],
+        "too_old": [{**good, "time": "2026-10-01T00:00:00Z"}],
+        "future": [{**good, "time": "9999-12-31T23:59:59Z"}, {**good, "time": "2027-01-07T00:00:01Z"}],
+        "app_version": [event(app_version=v, valid=False) for v in ("7777.1", "5.2.1", "05.2", "5.x", "\u0665.2")],
+        "os": [event(os_name=v, valid=False) for v in ("<script>", "Linu\u0445", "Linux; DROP TABLE events")],
+        "python": [event(python="Jython", valid=False)],
+        "python_version": [event(python_version=v, valid=False) for v in ("3", "13.0", "3.100")],
+        "arch": [event(arch="mips", valid=False)],
+        "command": [event(name="migrate", valid=False)],
+        "app": [event(app="Unknown", valid=False), event(app="Djang\u043e", valid=False)],
+        "user_agent": [{**good, "user_agent": "Django/5.2 CPython/3.11 (Linux; x86_64) <b>"}],
     }
-    for reason, bad in cases.items():
-        with pytest.raises(BadRequest, match=f"event 1: {reason}"):
-            parse_batch(batch([good, bad]))
-    for when in (
-        "2026-02-30T00:00:00Z",
-        "2026-12-03T24:00:00Z",
-        "2026-12-03 08:15:48Z",
-        "\uff12\uff10\uff126-12-03T08:15:48Z",
-    ):
-        with pytest.raises(BadRequest, match="event 0: invalid"):
-            parse_batch(batch([{**good, "time": when}]))
-    with pytest.raises(BadRequest, match="event 0: invalid"):
-        parse_batch(batch([{**good, "schema": True}]))
+    bad = [obj for objs in cases.values() for obj in objs]
+    parsed = parse_batch(batch([good, *bad, event()]), POLICY)
+    assert [r[0] for r in parsed.rows] == [good["event_id"], parsed.rows[1][0]]  # both neighbours kept
+    assert parsed.refused == {reason: len(objs) for reason, objs in cases.items()}
     with pytest.raises(BadRequest, match="too many events"):
-        parse_batch(batch([good] * (MAX_EVENTS + 1)))
+        rows_of(batch([good] * (MAX_EVENTS + 1)))
 
 
 @pytest.mark.parametrize(
@@ -257,22 +293,26 @@ def test_fuzz_parse_bytes(parse: Callable[[bytes], object], body: bytes) -> None
 @given(_JSON)
 def test_fuzz_parse_json(doc: object) -> None:
     try:
-        rows = parse_batch(json.dumps(doc).encode())
+        parsed = parse_batch(json.dumps(doc).encode(), POLICY)
     except BadRequest:
         return
-    assert rows == []  # the only valid document hypothesis can build here is an empty batch
+    assert parsed.rows == []  # hypothesis cannot build a valid event here: only refusals, by reason
+    assert set(parsed.refused) <= {"shape", "schema"}
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(FIELDS), _JSON | st.text(max_size=120))
 def test_fuzz_one_field(field: str, value: object) -> None:
     bad = {**event(), field: value}
-    try:
-        rows = parse_batch(batch([bad]))
-    except BadRequest:
+    if isinstance(value, float) and not math.isfinite(value):
+        with pytest.raises(BadRequest, match="not JSON"):  # json.dumps wrote Infinity: not a batch
+            parse_batch(batch([bad]), POLICY)
         return
-    assert len(rows) == 1
-    assert validate(bad) is not None
+    parsed = parse_batch(batch([bad]), POLICY)  # a well-formed batch: never a BadRequest
+    assert len(parsed.rows) + parsed.rejected == 1
+    assert (len(parsed.rows) == 1) == (
+        validate(bad, now=CLOCK, max_age=POLICY.max_age, commands=DJANGO_COMMANDS) is not None
+    )
 
 
 def _call(app: object, method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[str, bytes]:
@@ -290,7 +330,7 @@ def _call(app: object, method: str, path: str, body: bytes, headers: dict[str, s
 
 @pytest.fixture(scope="module")
 def fuzz_app(tmp_path_factory: pytest.TempPathFactory) -> object:
-    return make_app(tmp_path_factory.mktemp("fuzz") / "c.sqlite3")
+    return make_app(tmp_path_factory.mktemp("fuzz") / "c.sqlite3", policy=POLICY)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -316,7 +356,7 @@ def test_fuzz_wsgi_app(
 
 
 def test_wsgi_without_length(tmp_path: Path) -> None:
-    app = make_app(tmp_path / "c.sqlite3")
+    app = make_app(tmp_path / "c.sqlite3", policy=POLICY)
     body = batch([event()])
     status, _ = _call(app, "POST", "/v1/batch", body, {"CONTENT_TYPE": "application/json"})
     assert status.startswith("411")
@@ -343,16 +383,16 @@ def test_wsgi_module_from_environ(tmp_path: Path) -> None:
 
 
 def test_store_deduplicates_and_reports_new_rows(db: Path) -> None:
-    store = Store(db)
-    rows = parse_batch(batch([event(client=i) for i in range(5)]))
+    store = open_store(db)
+    rows = rows_of(batch([event(client=i) for i in range(5)]))
     assert store.insert(rows)[0] == 5
-    added, new = store.insert([*rows[:2], *parse_batch(batch([event(client="x")])) * 2], want_new=True)
+    added, new, _ = store.insert([*rows[:2], *rows_of(batch([event(client="x")])) * 2], want_new=True)
     assert added == 1
     assert len(new) == 1
     assert new[0][9] == det_uuid4("client", "x")
     assert store.count() == (6, 6)
     store.close()
-    assert Store(db, create=False).count() == (6, 6)
+    assert open_store(db, create=False).count() == (6, 6)
 
 
 def test_store_refuses_to_create_for_reading(tmp_path: Path) -> None:
@@ -360,12 +400,12 @@ def test_store_refuses_to_create_for_reading(tmp_path: Path) -> None:
         stats(tmp_path / "missing.sqlite3")
     assert not (tmp_path / "missing.sqlite3").exists()
     (tmp_path / "junk.sqlite3").write_bytes(b"not a database" * 100)
-    with pytest.raises(CollectorError, match="cannot read"):
+    with pytest.raises(CollectorError, match="cannot open"):
         stats(tmp_path / "junk.sqlite3")
 
 
 def test_store_is_wal(db: Path) -> None:
-    store = Store(db)
+    store = open_store(db)
     with store.connection() as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
@@ -374,7 +414,7 @@ def test_store_is_wal(db: Path) -> None:
 
 
 def _populate(db: Path) -> None:
-    store = Store(db)
+    store = open_store(db)
     events = [
         # 2026-W49: alice (5.2, 3.11, Linux) twice, bob (4.2, 3.12, macOS) once
         event(client="alice", when="2026-11-30T09:00:00Z"),
@@ -389,7 +429,7 @@ def _populate(db: Path) -> None:
         # another application in the same database is not mixed in
         event(client="erin", when="2026-12-03T00:00:00Z", app="MyTool", app_version="1.4"),
     ]
-    assert store.insert(parse_batch(batch(events)))[0] == len(events)
+    assert store.insert(rows_of(batch(events)))[0] == len(events)
     store.close()
 
 
@@ -415,14 +455,18 @@ def test_stats_over_weeks(db: Path) -> None:
     other = stats(db, app="MyTool").as_dict()
     assert other["developers"] == 1
     assert other["weeks"][0]["by_django"] == {"1.4": 1}
-    assert stats(db, app="Nothing").as_dict() == {"app": "Nothing", "developers": 0, "events": 0, "weeks": []}
+    assert stats(db, app="Nothing").as_dict() == {
+        "app": "Nothing", "developers": 0, "events": 0, "weeks": [], "refused": {}
+    }  # fmt: skip
 
 
 def test_html_report(db: Path) -> None:
     _populate(db)
-    store = Store(db)
-    hostile = event(client="mallory", when="2026-12-08T00:00:00Z", os_name='<script>alert("x")</script>&')
-    store.insert(parse_batch(batch([hostile])))
+    store = open_store(db)
+    # The collector refuses such a value now; a database written by an older one may still hold it.
+    hostile = event(client="mallory", when="2026-12-08T00:00:00Z", os_name='<script>alert("x")</script>&', valid=False)
+    (row,) = rows_of(batch([{**hostile, "os": "Linux", "user_agent": "Django/5.2 CPython/3.11 (Linux; x86_64)"}]))
+    store.insert([(*row[:6], str(hostile["os"]), *row[7:])])  # type: ignore[list-item]
     store.close()
     result = stats(db)
     page = render_html(result, generated=datetime.datetime(2027, 1, 6, tzinfo=datetime.timezone.utc))
@@ -453,7 +497,7 @@ def test_html_report(db: Path) -> None:
 
 
 def test_html_report_empty(db: Path) -> None:
-    Store(db).close()
+    open_store(db).close()
     page = render_html(stats(db))
     ET.fromstring(page)
     assert "No events" in page
@@ -466,14 +510,14 @@ def test_server_accepts_and_deduplicates(server: CollectorServer, db: Path) -> N
     assert server.url == f"http://127.0.0.1:{server.port}/v1/batch"
     events = [event(client=i % 7) for i in range(MAX_EVENTS)]
     body = batch(events)
-    assert post(server.url, body) == (200, b'{"accepted": 500, "duplicates": 0}')
-    assert post(server.url, body) == (200, b'{"accepted": 0, "duplicates": 500}')
+    assert post(server.url, body) == (200, b'{"accepted": 500, "duplicates": 0, "rejected": 0}')
+    assert post(server.url, body) == (200, b'{"accepted": 0, "duplicates": 500, "rejected": 0}')
     half = batch(events[:250] + [event(client="new") for _ in range(3)])
     status, answer = post(server.url, half)
-    assert (status, json.loads(answer)) == (200, {"accepted": 3, "duplicates": 250})
-    assert post(server.url, batch([])) == (200, b'{"accepted": 0, "duplicates": 0}')
+    assert (status, json.loads(answer)) == (200, {"accepted": 3, "duplicates": 250, "rejected": 0})
+    assert post(server.url, batch([])) == (200, b'{"accepted": 0, "duplicates": 0, "rejected": 0}')
     assert server.app.counters.as_dict() == {
-        "requests": 4, "accepted": 503, "duplicates": 750, "rejected": 0, "forward_dropped": 0,
+        "requests": 4, "accepted": 503, "duplicates": 750, "rejected": 0, "refused": 0, "forward_dropped": 0,
     }  # fmt: skip
     assert server.app.store.count() == (503, 8)
 
@@ -481,8 +525,8 @@ def test_server_accepts_and_deduplicates(server: CollectorServer, db: Path) -> N
 def test_server_refuses_invalid_input(server: CollectorServer) -> None:
     url = server.url
     assert post(url, b"{nope")[0] == 400
-    status, reason = post(url, batch([{**event(), "ip": "1.2.3.4"}]))
-    assert (status, reason) == (400, b"event 0: unknown field 'ip'\n")
+    status, answer = post(url, batch([{**event(), "ip": "1.2.3.4"}, event()]))
+    assert (status, json.loads(answer)) == (200, {"accepted": 1, "duplicates": 0, "rejected": 1})
     assert post(url, batch([event()] * (MAX_EVENTS + 1)))[0] == 400
     assert post(url, b'{"schema": 1, "events": []}', {"Content-Type": "text/plain"})[0] == 415
     assert post(url, b'{"schema": 1, "events": []}', {"Content-Encoding": "gzip"})[0] == 415
@@ -494,7 +538,8 @@ def test_server_refuses_invalid_input(server: CollectorServer) -> None:
     assert HTTP.request("GET", url.replace("/v1/batch", "/")).status == 404
     assert HTTP.request("POST", url.replace("/v1/batch", "/v1/batchx"), body=b"{}").status == 404
     assert HTTP.request("GET", url.replace("/v1/batch", "/v1/health")).data == b'{"ok": true}'
-    assert server.app.store.count() == (0, 0)
+    assert server.app.store.count() == (1, 1)
+    assert server.app.store.refusals() == {"2027-W01": {"shape": 1}}
 
 
 def _raw(server: CollectorServer, data: bytes, *, shutdown: bool = False) -> bytes:
@@ -584,16 +629,18 @@ def test_server_stores_and_logs_no_address_or_header(
     assert err == ""  # no access log at all
 
 
-def test_server_handle_error_prints_no_address(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    srv = serve(db)
-    try:
-        try:
-            raise ConnectionResetError("peer went away")
-        except ConnectionResetError:
-            srv._httpd.handle_error(None, ("127.0.0.1", 54321))
-    finally:
-        srv.stop()
-    assert capsys.readouterr().err == ""
+def test_server_prints_nothing_when_the_app_fails(db: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    class Broken:
+        forward = None
+        store = open_store(db)
+
+        def __call__(self, environ: object, start_response: object) -> list[bytes]:
+            raise RuntimeError(f"boom {MARKER}")
+
+    with CollectorServer(Broken(), port=0).start() as srv:  # type: ignore[arg-type]
+        assert post(srv.url, batch([event()]), probe_headers())[0] == 500
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
 
 
 # -- forwarding to GA4 (a loopback fake, never Google) -----------------------------------------------------
@@ -643,12 +690,16 @@ NOW = 1796300000.0  # 2026-12-03T12:53:20Z
 def test_forward_to_ga4(db: Path, fake_ga4: _FakeGA4) -> None:
     endpoint = f"http://127.0.0.1:{fake_ga4.server_address[1]}/mp/collect"
     forward = GA4Forwarder(measurement_id="G-TEST123", api_secret="s3cret", endpoint=endpoint, clock=lambda: NOW)
-    with serve(db, forward=forward) as srv:
+    policy = Policy(commands={"Django": DJANGO_COMMANDS | {"session_start"}}, clock=lambda: NOW)
+    with serve(db, forward=forward, policy=policy) as srv:
         recent = [event(client=i % 2, when="2026-12-03T08:15:48Z") for i in range(60)]
         stale = [event(client=9, when="2026-11-20T00:00:00Z")]
-        reserved = [event(client=9, name="session_start")]
+        reserved = [event(client=9, name="session_start", valid=False)]
         assert post(srv.url, batch(recent + stale + reserved), probe_headers())[0] == 200
-        assert post(srv.url, batch(recent), probe_headers()) == (200, b'{"accepted": 0, "duplicates": 60}')
+        assert post(srv.url, batch(recent), probe_headers()) == (
+            200,
+            b'{"accepted": 0, "duplicates": 60, "rejected": 0}',
+        )
         wait_for(lambda: forward.stats()["sent"] + forward.stats()["failed"] >= 60)
     assert forward.stats() == {"sent": 60, "failed": 0, "stale": 2, "dropped": 0, "requests": 4}
     paths = {path for path, _ in fake_ga4.received}
@@ -675,17 +726,17 @@ def test_forward_failures_are_counted(db: Path, fake_ga4: _FakeGA4) -> None:
     fake_ga4.status = 500
     endpoint = f"http://127.0.0.1:{fake_ga4.server_address[1]}/mp/collect"
     forward = GA4Forwarder(measurement_id="G-1", api_secret="s", endpoint=endpoint, clock=lambda: NOW)
-    assert forward.submit(parse_batch(batch([event()])))
+    assert forward.submit(rows_of(batch([event()])))
     forward.close(10)
     assert forward.stats()["failed"] == 1
-    assert not forward.submit(parse_batch(batch([event()])))  # closed
+    assert not forward.submit(rows_of(batch([event()])))  # closed
     # Nothing listens on a freshly closed port: a connection error is a failure, not an exception.
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{sock.getsockname()[1]}/mp/collect"
     forward = GA4Forwarder(measurement_id="G-1", api_secret="s", endpoint=dead, clock=lambda: NOW, queue_events=3)
-    assert not forward.submit(parse_batch(batch([event() for _ in range(4)])))  # over the queue's bound
-    assert forward.submit(parse_batch(batch([event()])))
+    assert not forward.submit(rows_of(batch([event() for _ in range(4)])))  # over the queue's bound
+    assert forward.submit(rows_of(batch([event()])))
     forward.close(10)
     assert forward.stats() == {"sent": 0, "failed": 1, "stale": 0, "dropped": 4, "requests": 1}
 
@@ -702,7 +753,7 @@ def test_http_client_sees_no_keepalive_surprises(server: CollectorServer) -> Non
     try:
         conn.request("POST", "/v1/batch", body=batch([event()]), headers={"Content-Type": "application/json"})
         response = conn.getresponse()
-        assert (response.status, response.read()) == (200, b'{"accepted": 1, "duplicates": 0}')
+        assert (response.status, response.read()) == (200, b'{"accepted": 1, "duplicates": 0, "rejected": 0}')
         assert response.getheader("Server") == "spool-reporter-collector"
     finally:
         conn.close()
@@ -710,7 +761,6 @@ def test_http_client_sees_no_keepalive_surprises(server: CollectorServer) -> Non
 
 def test_embedded_server_hands_the_app_no_address_or_header(db: Path) -> None:
     from spool_reporter.collector import Collector
-    from spool_reporter.collector._store import Store as _Store
 
     seen: list[dict[str, object]] = []
 
@@ -719,7 +769,7 @@ def test_embedded_server_hands_the_app_no_address_or_header(db: Path) -> None:
             seen.append(dict(environ))
             return super().__call__(environ, start_response)
 
-    with CollectorServer(Spy(_Store(db)), port=0).start() as srv:
+    with CollectorServer(Spy(open_store(db)), port=0).start() as srv:
         assert post(srv.url, batch([event()]), {**probe_headers(), "Content-Encoding": "identity"})[0] == 200
     (environ,) = seen
     assert "REMOTE_ADDR" not in environ

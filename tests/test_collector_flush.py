@@ -73,7 +73,7 @@ def _stats_json(sandbox: Sandbox, db: Path) -> dict[str, object]:
 
 def test_flushers_deliver_to_the_collector(tmp_path: Path, sandbox: Sandbox, app: App) -> None:
     db = tmp_path / "collector.sqlite3"
-    server = start_server(db, sandbox.env, tmp_path)
+    server = start_server(db, sandbox.env, tmp_path, "--max-per-client-week", "0")  # 1200 from one developer
     developers = []
     for k in range(4):
         (tmp_path / f"dev{k}").mkdir()
@@ -100,7 +100,8 @@ def test_flushers_deliver_to_the_collector(tmp_path: Path, sandbox: Sandbox, app
     total = sum(counts)
     assert (
         summary
-        == f"stopped after {summary.split()[2]} requests: {total} events stored, 700 duplicates, 0 requests refused\n"
+        == f"stopped after {summary.split()[2]} requests: {total} events stored, 700 duplicates, 0 requests refused, "
+        "0 events refused\n"
     )
     result = stats(db)
     assert (result.developers, result.events) == (4, total)
@@ -157,7 +158,8 @@ def test_ga4_flushers_deliver_to_the_collectors_mp_collect(tmp_path: Path, sandb
     requests = 2 * 2 + 1 + 3  # ceil(30/25) twice, ceil(3/25), ceil(60/25)
     duplicates = 30 + 1
     assert summary == (
-        f"stopped after {requests} requests: {stored} events stored, {duplicates} duplicates, 0 requests refused\n"
+        f"stopped after {requests} requests: {stored} events stored, {duplicates} duplicates, 0 requests refused, "
+        "0 events refused\n"
     )
     doc = _stats_json(sandbox, db)
     assert (doc["developers"], doc["events"]) == (3, stored)

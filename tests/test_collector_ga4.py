@@ -34,9 +34,9 @@ from test_collector import (
     wait_for,
 )
 
-from spool_reporter._event import is_uuid4, validate
+from spool_reporter._event import REASONS, is_uuid4, validate
 from spool_reporter._settings import Destination
-from spool_reporter.collector import GA4_PATH, CollectorServer, GA4Forwarder, make_app, serve
+from spool_reporter.collector import GA4_PATH, CollectorServer, GA4Forwarder, Policy, make_app, serve
 from spool_reporter.collector._store import COLUMNS, iso_week
 from spool_reporter.collector._wire import (
     GA4_MAX_BODY_BYTES,
@@ -57,6 +57,15 @@ QUERY = f"?measurement_id={MEASUREMENT_ID}&api_secret={API_SECRET}"
 
 WHEN = "2026-12-03T08:15:48Z"
 CLOCK = event_time({"time": WHEN}) + 3600  # "now" for prepare(): an hour later, inside GA4's 72 hours
+GA4_POLICY = Policy(clock=lambda: CLOCK)
+"""The collector's clock in these tests: the same hour."""
+
+
+def ga4_rows(body: bytes) -> list[tuple[str, ...]]:
+    """The rows of a GA4 payload whose events must all be valid."""
+    parsed = parse_ga4(body, GA4_POLICY)
+    assert parsed.refused == {}, parsed.refused
+    return list(parsed.rows)
 
 
 def transport(endpoint: str = "http://127.0.0.1:9/mp/collect") -> GA4Transport:
@@ -123,20 +132,20 @@ def test_transport_output_round_trips() -> None:
     now = event_time({"time": "2026-12-01T00:00:00Z"})
     sent = [b.request.body for b in transport().prepare(events, now=now).batches]
     assert len(sent) == 4  # one request per client: 21, 20 and 20 events, and one
-    rows = [row for body in sent for row in parse_ga4(body)]
+    rows = [row for body in sent for row in ga4_rows(body)]
     assert sorted(r[1:] for r in rows) == sorted((*expected_row(e), iso_week(str(e["time"]))) for e in events)
     assert {r[-1] for r in rows} == {"2026-W48", "2026-W49"}
     ids = [r[0] for r in rows]
     assert all(is_uuid4(i) for i in ids)
     assert len(set(ids)) == len(events) - 1  # distinct events get distinct ids; the twin shares one
     assert "user_agent" not in str(rows)
-    assert [parse_ga4(body) for body in sent] == [parse_ga4(body) for body in sent]  # deterministic
+    assert [ga4_rows(body) for body in sent] == [ga4_rows(body) for body in sent]  # deterministic
 
 
 def test_stored_like_the_json_path_except_the_id() -> None:
     e = event(client="same")
-    (via_ga4,) = parse_ga4(bodies([e])[0])
-    (via_json,) = parse_batch(json.dumps({"schema": 1, "events": [e]}).encode())
+    (via_ga4,) = ga4_rows(bodies([e])[0])
+    (via_json,) = parse_batch(json.dumps({"schema": 1, "events": [e]}).encode(), GA4_POLICY).rows
     assert via_ga4[1:] == via_json[1:]
     assert via_ga4[0] != via_json[0] == e["event_id"]
 
@@ -207,70 +216,77 @@ E = ("events", 0)
         pytest.param(lambda: _mutated(("client_id",), 7), "not a client id", id="client-id-int"),
         pytest.param(lambda: _mutated(("events",), {}), "not a list", id="events-object"),
         pytest.param(lambda: _mutated(("events",), good_doc()["events"] * 26), "too many", id="26-events"),  # type: ignore[operator]
-        pytest.param(lambda: _mutated(E, "startproject"), "event 0: invalid", id="event-string"),
-        pytest.param(lambda: _mutated((*E, "ip"), "1.2.3.4"), "event 0: unknown field 'ip'", id="event-extra"),
+        pytest.param(lambda: _mutated(E, "startproject"), "shape", id="event-string"),
+        pytest.param(lambda: _mutated((*E, "ip"), "1.2.3.4"), "shape", id="event-extra"),
         pytest.param(
             lambda: _mutated((*E, "timestamp_micros"), ...),
-            "event 0: missing field 'timestamp_micros'",
+            "shape",
             id="no-timestamp",
         ),
-        pytest.param(lambda: _mutated((*E, "params"), [1]), "event 0: invalid", id="params-list"),
-        pytest.param(lambda: _mutated((*P, "ip"), "1.2.3.4"), "event 0: unknown parameter 'ip'", id="param-extra"),
-        pytest.param(lambda: _mutated((*P, "arch"), ...), "event 0: missing parameter 'arch'", id="param-missing"),
-        pytest.param(lambda: _mutated((*E, "name"), "session_start"), "invalid name", id="reserved-name"),
-        pytest.param(lambda: _mutated((*E, "name"), "ga_thing"), "invalid name", id="reserved-prefix"),
-        pytest.param(lambda: _mutated((*E, "name"), "start-project"), "invalid name", id="name-chars"),
-        pytest.param(lambda: _mutated((*E, "name"), "a" * 41), "invalid name", id="name-long"),
-        pytest.param(lambda: _mutated((*E, "name"), 1), "invalid name", id="name-int"),
-        pytest.param(lambda: _mutated((*E, "timestamp_micros"), 1.5e15), "timestamp_micros", id="ts-float"),
-        pytest.param(lambda: _mutated((*E, "timestamp_micros"), True), "timestamp_micros", id="ts-bool"),
-        pytest.param(lambda: _mutated((*E, "timestamp_micros"), "1796285748000000"), "timestamp", id="ts-str"),
-        pytest.param(lambda: _mutated((*E, "timestamp_micros"), -1_000_000), "timestamp_micros", id="ts-negative"),
-        pytest.param(lambda: _mutated((*E, "timestamp_micros"), 1796285748000001), "timestamp", id="ts-fraction"),
-        pytest.param(lambda: _mutated((*E, "timestamp_micros"), 10**20), "timestamp_micros", id="ts-year-10000"),
-        pytest.param(lambda: _mutated((*P, "os"), ""), "event 0: invalid", id="value-empty"),
-        pytest.param(lambda: _mutated((*P, "os"), "x" * 101), "event 0: invalid", id="value-long"),
-        pytest.param(lambda: _mutated((*P, "os"), "Linux\n"), "event 0: invalid", id="value-control"),
-        pytest.param(lambda: _mutated((*P, "os"), 6), "event 0: invalid", id="value-int"),
-        pytest.param(lambda: _mutated((*P, "os"), None), "event 0: invalid", id="value-null"),
+        pytest.param(lambda: _mutated((*E, "params"), [1]), "shape", id="params-list"),
+        pytest.param(lambda: _mutated((*P, "ip"), "1.2.3.4"), "shape", id="param-extra"),
+        pytest.param(lambda: _mutated((*P, "arch"), ...), "shape", id="param-missing"),
+        pytest.param(lambda: _mutated((*E, "name"), "session_start"), "shape", id="reserved-name"),
+        pytest.param(lambda: _mutated((*E, "name"), "ga_thing"), "shape", id="reserved-prefix"),
+        pytest.param(lambda: _mutated((*E, "name"), "start-project"), "shape", id="name-chars"),
+        pytest.param(lambda: _mutated((*E, "name"), "a" * 41), "shape", id="name-long"),
+        pytest.param(lambda: _mutated((*E, "name"), 1), "shape", id="name-int"),
+        pytest.param(lambda: _mutated((*E, "timestamp_micros"), 1.5e15), "shape", id="ts-float"),
+        pytest.param(lambda: _mutated((*E, "timestamp_micros"), True), "shape", id="ts-bool"),
+        pytest.param(lambda: _mutated((*E, "timestamp_micros"), "1796285748000000"), "shape", id="ts-str"),
+        pytest.param(lambda: _mutated((*E, "timestamp_micros"), -1_000_000), "shape", id="ts-negative"),
+        pytest.param(lambda: _mutated((*E, "timestamp_micros"), 1796285748000001), "shape", id="ts-fraction"),
+        pytest.param(lambda: _mutated((*E, "timestamp_micros"), 10**20), "shape", id="ts-year-10000"),
+        pytest.param(lambda: _mutated((*P, "os"), ""), "os", id="value-empty"),
+        pytest.param(lambda: _mutated((*P, "os"), "x" * 101), "os", id="value-long"),
+        pytest.param(lambda: _mutated((*P, "os"), "Linux\n"), "os", id="value-control"),
+        pytest.param(lambda: _mutated((*P, "os"), 6), "shape", id="value-int"),
+        pytest.param(lambda: _mutated((*P, "os"), None), "shape", id="value-null"),
         # Each value fits, but the user agent derived from them (validated like a spooled one) would not.
-        pytest.param(lambda: _mutated((*P, "app"), "A" * 90), "event 0: invalid", id="user-agent-long"),
+        pytest.param(lambda: _mutated((*P, "app"), "A" * 90), "app", id="user-agent-long"),
     ],
 )
 def test_parse_refuses(body: object, reason: str) -> None:
     data = body()  # type: ignore[operator]
-    with pytest.raises(BadRequest, match=reason):
-        parse_ga4(data)
+    if reason not in REASONS:  # not a GA4 request at all: refused whole
+        with pytest.raises(BadRequest, match=reason):
+            parse_ga4(data, GA4_POLICY)
+        return
+    parsed = parse_ga4(data, GA4_POLICY)  # one event without GA4's shape, or invalid: refused alone
+    assert (parsed.rows, parsed.refused) == ([], {reason: 1})
 
 
 def good_doc_text() -> bytes:
     text = bodies([event(client="good")])[0]
-    assert parse_ga4(text)  # the mutations above start from a payload that is accepted
+    assert ga4_rows(text)  # the mutations above start from a payload that is accepted
     return text
 
 
-def test_refusal_is_for_the_whole_request() -> None:
+def test_one_bad_event_costs_only_itself() -> None:
     doc = json.loads(bodies([event(client="one") for _ in range(3)])[0])
-    doc["events"][2]["params"]["os"] = ""
-    with pytest.raises(BadRequest, match="event 2: invalid"):
-        parse_ga4(dumps(doc))
-    doc["events"][2]["params"]["os"] = "Linux"
-    assert len(parse_ga4(dumps(doc))) == 3
+    doc["events"][1]["params"]["os"] = ""
+    parsed = parse_ga4(dumps(doc), GA4_POLICY)
+    assert (len(parsed.rows), parsed.refused) == (2, {"os": 1})
+    doc["events"][1]["params"]["os"] = "Linux"
+    assert len(ga4_rows(dumps(doc))) == 3
 
 
 def test_limits_are_the_transports() -> None:
     assert (GA4_MAX_EVENTS, GA4_MAX_BODY_BYTES) == (MAX_EVENTS, MAX_BODY_BYTES)
     doc = json.loads(bodies([event(client="max", when=f"2026-12-03T08:15:{s:02d}Z") for s in range(25)])[0])
-    assert len(parse_ga4(dumps(doc))) == 25
-    assert parse_ga4(dumps({**doc, "events": []})) == []  # like an empty /v1/batch: nothing to store
-    # The first and the last second the event's time can spell.
-    for micros, when in ((0, "1970-01-01T00:00:00Z"), (253402300799 * 10**6, "9999-12-31T23:59:59Z")):
+    assert len(ga4_rows(dumps(doc))) == 25
+    assert ga4_rows(dumps({**doc, "events": []})) == []  # like an empty /v1/batch: nothing to store
+    # The first and the last second the event's time can spell: well-formed, and outside the time window.
+    for micros, reason in ((0, "too_old"), (253402300799 * 10**6, "future")):
         item = {**doc["events"][0], "timestamp_micros": micros}
-        (row,) = parse_ga4(dumps({**doc, "events": [item]}))
-        assert row[COLUMNS.index("time")] == when
+        parsed = parse_ga4(dumps({**doc, "events": [item]}), GA4_POLICY)
+        assert parsed.refused == {reason: 1}
+    item = {**doc["events"][0], "timestamp_micros": int(CLOCK) * 10**6}
+    (row,) = ga4_rows(dumps({**doc, "events": [item]}))
+    assert row[COLUMNS.index("time")] == "2026-12-03T09:15:48Z"
     # At the byte cap exactly: accepted (padding with JSON whitespace keeps the document the same).
     text = dumps(doc)
-    assert len(parse_ga4(text + b" " * (GA4_MAX_BODY_BYTES - len(text)))) == 25
+    assert len(ga4_rows(text + b" " * (GA4_MAX_BODY_BYTES - len(text)))) == 25
 
 
 # -- fuzzing: only BadRequest escapes ----------------------------------------------------------------------
@@ -280,10 +296,10 @@ def test_limits_are_the_transports() -> None:
 @given(_JSON)
 def test_fuzz_json(doc: object) -> None:
     try:
-        rows = parse_ga4(json.dumps(doc).encode())
+        parsed = parse_ga4(json.dumps(doc).encode(), GA4_POLICY)
     except BadRequest:
         return
-    raise AssertionError(f"accepted {doc!r} as {rows!r}")  # no valid client id can come out of _JSON
+    raise AssertionError(f"accepted {doc!r} as {parsed!r}")  # no valid client id can come out of _JSON
 
 
 _PATHS = [
@@ -316,7 +332,7 @@ def test_fuzz_one_value(path: tuple[object, ...], value: object, extra: str | No
     if extra is not None and isinstance(target, dict):
         target[extra] = "x"
     try:
-        rows = parse_ga4(dumps(doc))
+        rows = parse_ga4(dumps(doc), GA4_POLICY).rows
     except BadRequest:
         return
     # Accepted: then the document still has the transport's exact shape, and every row validates.
@@ -326,20 +342,20 @@ def test_fuzz_one_value(path: tuple[object, ...], value: object, extra: str | No
         assert len(row) == len(COLUMNS)
         e = dict(zip(COLUMNS[:-1], row[:-1], strict=True))
         ua = f"{e['app']}/{e['app_version']} {e['python']}/{e['python_version']} ({e['os']}; {e['arch']})"
-        assert validate({"schema": 1, **e, "user_agent": ua}) is not None
+        assert validate({"schema": 1, **e, "user_agent": ua}, now=CLOCK) is not None
 
 
 # -- the WSGI application ---------------------------------------------------------------------------------
 
 
 def test_wsgi_rules(tmp_path: Path) -> None:
-    app = make_app(tmp_path / "c.sqlite3")
+    app = make_app(tmp_path / "c.sqlite3", policy=GA4_POLICY)
     body = bodies([event(client="w")])[0]
     json_headers = {"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)), "QUERY_STRING": QUERY[1:]}
     assert _call(app, "POST", GA4_PATH, body, json_headers) == ("204 No Content", b"")
     assert _call(app, "POST", GA4_PATH, body, json_headers) == ("204 No Content", b"")  # stored once
     assert app.counters.as_dict() == {  # type: ignore[attr-defined]
-        "requests": 2, "accepted": 1, "duplicates": 1, "rejected": 0, "forward_dropped": 0,
+        "requests": 2, "accepted": 1, "duplicates": 1, "rejected": 0, "refused": 0, "forward_dropped": 0,
     }  # fmt: skip
     status, out = _call(app, "GET", GA4_PATH, b"", {})
     assert (status, out) == ("405 Method Not Allowed", b"use POST\n")
@@ -377,7 +393,7 @@ def db(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def server(db: Path) -> Iterator[CollectorServer]:
-    srv = serve(db).start()
+    srv = serve(db, policy=GA4_POLICY).start()
     try:
         yield srv
     finally:
@@ -402,12 +418,12 @@ def test_server_stores_ga4_payloads_once(server: CollectorServer) -> None:
     for body in sent:  # a flusher killed after the 2xx sends the same requests again
         assert post(server.ga4_url + QUERY, body)[0] == 204
     assert server.app.counters.as_dict() == {
-        "requests": 2 * len(sent), "accepted": 90, "duplicates": 90, "rejected": 0, "forward_dropped": 0,
+        "requests": 2 * len(sent), "accepted": 90, "duplicates": 90, "rejected": 0, "refused": 0, "forward_dropped": 0,
     }  # fmt: skip
     assert server.app.store.count() == (90, 4)
     # The /v1/batch answer is unchanged by the second path.
     status, _, data = post(server.url, json.dumps({"schema": 1, "events": events[:3]}).encode())
-    assert (status, data) == (200, b'{"accepted": 3, "duplicates": 0}')
+    assert (status, data) == (200, b'{"accepted": 3, "duplicates": 0, "rejected": 0}')
 
 
 def test_server_never_stores_logs_or_echoes_the_query_or_the_address(
@@ -424,7 +440,7 @@ def test_server_never_stores_logs_or_echoes_the_query_or_the_address(
         post(url, b"{}", {**probe_headers(), "Content-Type": "text/plain"}),
         post(url, b"{" + b" " * GA4_MAX_BODY_BYTES + b"}", probe_headers()),
     ]
-    assert [a[0] for a in answers] == [204, 204, 400, 400, 415, 413]
+    assert [a[0] for a in answers] == [204, 204, 400, 204, 415, 413]  # the bad event alone is refused: 204
     response = HTTP.request("GET", url, headers=probe_headers())
     assert response.status == 405
     answers.append((response.status, dict(response.headers), response.data))
@@ -455,7 +471,7 @@ def test_ga4_payloads_are_forwarded_once(db: Path) -> None:
     try:
         endpoint = f"http://127.0.0.1:{fake.server_address[1]}/mp/collect"
         forward = GA4Forwarder(measurement_id="G-FORWARD1", api_secret="fwd", endpoint=endpoint, clock=lambda: NOW)
-        with serve(db, forward=forward) as srv:
+        with serve(db, forward=forward, policy=GA4_POLICY) as srv:
             events = [event(client=i % 2, when=f"2026-12-03T08:15:{i:02d}Z") for i in range(30)]
             sent = bodies(events)
             for body in sent + sent:  # every request twice: the copies are neither stored nor forwarded
@@ -487,7 +503,7 @@ def test_ga4_payloads_are_forwarded_once(db: Path) -> None:
 
 
 def test_wsgi_body_must_match_its_length(tmp_path: Path) -> None:
-    app = make_app(tmp_path / "c.sqlite3")
+    app = make_app(tmp_path / "c.sqlite3", policy=GA4_POLICY)
     (body,) = bodies([event()])
     for length in (0, 1, len(body) - 1, len(body) + 1):
         headers = {"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(length)}
@@ -497,7 +513,7 @@ def test_wsgi_body_must_match_its_length(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def ga4_fuzz_app(tmp_path_factory: pytest.TempPathFactory) -> object:
-    return make_app(tmp_path_factory.mktemp("fuzz-ga4") / "c.sqlite3")
+    return make_app(tmp_path_factory.mktemp("fuzz-ga4") / "c.sqlite3", policy=GA4_POLICY)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -57,6 +57,11 @@ def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
         sel.close()
 
 
+def recent() -> str:
+    """Ten minutes ago, as an event's time: inside a real collector's time window whatever today is."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
+
+
 def start_server(db: Path, env: dict[str, str], tmp: Path, *extra: str) -> Served:
     stderr = tmp / f"server-{time.monotonic_ns()}.stderr"
     with stderr.open("wb") as err:
@@ -86,22 +91,25 @@ def served(tmp_path: Path, sandbox: object) -> Iterator[Served]:
 
 def test_subprocess_server_end_to_end_and_private(served: Served, tmp_path: Path) -> None:
     db = tmp_path / "c.sqlite3"
-    events = [event(client=i % 4) for i in range(500)]
-    assert post(served.url, batch(events), probe_headers()) == (200, b'{"accepted": 500, "duplicates": 0}')
-    assert post(served.url, batch(events), probe_headers()) == (200, b'{"accepted": 0, "duplicates": 500}')
+    events = [event(client=i % 4, when=recent(), valid=False) for i in range(500)]  # judged by the server's clock
+    answer = b'{"accepted": 500, "duplicates": 0, "rejected": 0}'
+    assert post(served.url, batch(events), probe_headers()) == (200, answer)
+    answer = b'{"accepted": 0, "duplicates": 500, "rejected": 0}'
+    assert post(served.url, batch(events), probe_headers()) == (200, answer)
     assert post(served.url, b"garbage", probe_headers())[0] == 400
     assert post(served.url, b"x" * (MAX_BODY_BYTES + 1), probe_headers())[0] == 413
     assert_private(db_bytes(db))
     out = served.stop()
     assert served.proc.returncode == 0
-    assert out == "stopped after 4 requests: 500 events stored, 500 duplicates, 2 requests refused\n"
+    assert out == "stopped after 4 requests: 500 events stored, 500 duplicates, 2 requests refused, 0 events refused\n"
     assert served.stderr.read_bytes() == b""  # no access log, no traceback, no address
     assert_private(db_bytes(db))
     assert stats(db).developers == 4
 
 
 _CLIENT = r"""
-import hashlib, http.client, json, sys
+import hashlib, http.client, json, sys, time
+when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))  # inside the server's time window
 host, port, who, batches, size = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 def uid(*parts):
     b = bytearray(hashlib.sha256(repr(parts).encode()).digest()[:16])
@@ -114,7 +122,7 @@ for b in range(batches):
     events = [{"schema": 1, "event_id": uid("e", who, b, i), "event": "runserver", "app": "Django",
                "app_version": "5.2", "python": "CPython", "python_version": "3.12", "os": "Linux",
                "os_release": "6.1", "arch": "x86_64", "user_agent": "Django/5.2 CPython/3.12 (Linux; x86_64)",
-               "client_id": uid("c", who, i % 10), "time": "2026-12-03T08:15:48Z"} for i in range(size)]
+               "client_id": uid("c", who, i % 10), "time": when} for i in range(size)]
     conn = http.client.HTTPConnection(host, port, timeout=30)
     conn.request("POST", "/v1/batch", body=json.dumps({"schema": 1, "events": events}),
                  headers={"Content-Type": "application/json"})
@@ -202,7 +210,7 @@ def test_cli_stats(tmp_path: Path, sandbox: object) -> None:
     assert "5.2: 1, 4.2: 1" not in lines[2]
     assert "4.2: 1, 5.2: 1" in lines[2]
     mytool = _cli(env, "stats", "--db", str(db), "--app", "Nothing")
-    assert "other applications in this database: Django (7 events), MyTool (1 events)" in mytool.stdout
+    assert "other applications in this database: Django (7 events), MyTool (1 event);" in mytool.stdout
 
 
 def test_cli_errors(tmp_path: Path, sandbox: object) -> None:
@@ -229,7 +237,7 @@ def test_register_contract(tmp_path: Path) -> None:
     assert collector.prog == "django-spool collector"
     args = parser.parse_args(["collector", "serve", "--port", "0", "--db", "x.sqlite3"])
     assert callable(args.func)
-    assert (args.host, args.port, args.db) == ("127.0.0.1", 0, Path("x.sqlite3"))
+    assert (args.host, args.port, args.db) == ("127.0.0.1", 0, "x.sqlite3")
     args = parser.parse_args(["collector", "stats", "--db", str(tmp_path / "none"), "--json"])
     assert args.func(args) == 1  # a missing database is an error, and none is created
     assert not (tmp_path / "none").exists()

@@ -17,7 +17,6 @@ numbers are a copy, the database is the record.
 
 from __future__ import annotations
 
-import calendar
 import contextlib
 import json
 import os
@@ -25,8 +24,11 @@ import queue
 import threading
 import time
 
+from spool_reporter._event import parse_time
+from spool_reporter.transports import ga4 as _ga4
+
 from ._server import is_loopback
-from ._store import CollectorError
+from ._store import COLUMNS, CollectorError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -38,13 +40,13 @@ if TYPE_CHECKING:
 GA4_ENDPOINT: Final = "https://www.google-analytics.com/mp/collect"
 """Google's Measurement Protocol endpoint (``/debug/mp/collect`` validates without recording)."""
 
-MAX_EVENTS_PER_REQUEST: Final = 25
-"""GA4 Measurement Protocol limit."""
+MAX_EVENTS_PER_REQUEST: Final = _ga4.MAX_EVENTS
+"""GA4 Measurement Protocol limit (the ``ga4`` transport's)."""
 
-MAX_AGE_SECONDS: Final = 72 * 3600
+MAX_AGE_SECONDS: Final = _ga4.MAX_AGE_SECONDS
 """GA4 accepts ``timestamp_micros`` at most 72 hours in the past."""
 
-MAX_VALUE: Final = 100
+MAX_VALUE: Final = _ga4.MAX_VALUE
 """GA4's limit on a parameter value's length (ours are shorter: validated at 100 by the wire format)."""
 
 QUEUE_EVENTS: Final = 50_000
@@ -53,31 +55,10 @@ QUEUE_EVENTS: Final = 50_000
 RESPONSE_BYTES: Final = 4096
 """At most this much of a response is read (GA4 answers 204 with an empty body)."""
 
-PARAMS: Final = ("app", "app_version", "python", "python_version", "os", "os_release", "arch")
+PARAMS: Final = _ga4.PARAMS
 """Stored columns sent as event parameters; client id and time travel in their own GA4 fields."""
 
-RESERVED_PREFIXES: Final = ("_", "firebase_", "ga_", "google_", "gtag.")
-RESERVED_EVENTS: Final = frozenset(
-    {
-        "ad_activeview", "ad_click", "ad_exposure", "ad_impression", "ad_query", "ad_reward",
-        "adunit_exposure", "app_background", "app_clear_data", "app_exception", "app_install",
-        "app_remove", "app_store_refund", "app_store_subscription_cancel",
-        "app_store_subscription_convert", "app_store_subscription_renew", "app_update",
-        "app_upgrade", "dynamic_link_app_open", "dynamic_link_app_update", "dynamic_link_first_open",
-        "error", "firebase_campaign", "first_open", "first_visit", "in_app_purchase",
-        "notification_dismiss", "notification_foreground", "notification_open", "notification_receive",
-        "notification_send", "os_update", "screen_view", "session_start", "user_engagement",
-    }
-)  # fmt: skip
-"""GA4's reserved event names (Measurement Protocol reference)."""
-
-_COL: Final = {
-    name: i
-    for i, name in enumerate(
-        ("event_id", "event", "app", "app_version", "python", "python_version", "os", "os_release", "arch",
-         "client_id", "time", "week")
-    )
-}  # fmt: skip
+_COL: Final = {name: i for i, name in enumerate(COLUMNS)}
 """Positions in a stored row (:data:`spool_reporter.collector._store.COLUMNS`)."""
 
 _STOP: Final = object()
@@ -101,7 +82,11 @@ def check_endpoint(url: str) -> str:
 
 
 def _epoch(time_text: str) -> int:
-    return calendar.timegm(time.strptime(time_text, "%Y-%m-%dT%H:%M:%SZ"))
+    epoch = parse_time(time_text)
+    if epoch is None:  # pragma: no cover - stored rows were validated
+        msg = f"not a stored time: {time_text!r}"
+        raise ValueError(msg)
+    return epoch
 
 
 class GA4Forwarder:
@@ -216,8 +201,7 @@ class GA4Forwarder:
             when = _epoch(row[_COL["time"]])
             if (
                 when < now - MAX_AGE_SECONDS
-                or name in RESERVED_EVENTS
-                or name.lower().startswith(RESERVED_PREFIXES)
+                or _ga4.name_problem(name, event=True) is not None
                 or any(len(row[_COL[p]]) > MAX_VALUE for p in PARAMS)
             ):
                 stale += 1

@@ -49,7 +49,7 @@ from ._store import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Sequence
     from typing import Any, Final, TypeVar
 
     import psycopg
@@ -248,17 +248,10 @@ class PostgresStore(Store):
 
     # -- writing --------------------------------------------------------------------------------------------
 
-    def insert(
-        self,
-        rows: Sequence[Row],
-        *,
-        want_new: bool = False,
-        refused: Mapping[str, int] | None = None,
-        now: float | None = None,
+    def _insert_batch(
+        self, rows: Sequence[Row], want_new: bool, refused: dict[str, int], now: float | None
     ) -> Inserted:
-        if not rows and not refused:
-            return Inserted(0, [], 0)
-        return self._run(lambda conn: self._insert(conn, rows, want_new, dict(refused or {}), now))
+        return self._run(lambda conn: self._insert(conn, rows, want_new, refused, now))
 
     def _insert(
         self,

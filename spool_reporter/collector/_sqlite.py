@@ -50,7 +50,7 @@ from ._store import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Iterator, Sequence
     from typing import Final
 
 BUSY_TIMEOUT_MS: Final = 10_000
@@ -104,7 +104,10 @@ _ADD_CLIENT_WEEK: Final = (
     "INSERT INTO client_weeks (client_id, week, n) VALUES (?, ?, ?) "
     "ON CONFLICT (client_id, week) DO UPDATE SET n = n + excluded.n"
 )
-_ADD_REFUSAL: Final = "INSERT INTO refusals (week, reason, n) VALUES (?, ?, ?) ON CONFLICT (week, reason) DO UPDATE SET n = n + excluded.n"
+_ADD_REFUSAL: Final = (
+    "INSERT INTO refusals (week, reason, n) VALUES (?, ?, ?) "  # a line for ruff format to keep
+    "ON CONFLICT (week, reason) DO UPDATE SET n = n + excluded.n"
+)
 _CHUNK: Final = 400
 """Variables per ``IN (...)`` query: below SQLite's historical limit of 999."""
 
@@ -276,17 +279,10 @@ class SQLiteStore(Store):
 
     # -- writing --------------------------------------------------------------------------------------------
 
-    def insert(
-        self,
-        rows: Sequence[Row],
-        *,
-        want_new: bool = False,
-        refused: Mapping[str, int] | None = None,
-        now: float | None = None,
+    def _insert_batch(
+        self, rows: Sequence[Row], want_new: bool, refused: dict[str, int], now: float | None
     ) -> Inserted:
-        if not rows and not refused:
-            return Inserted(0, [], 0)
-        return self._write(lambda conn: self._insert(conn, rows, want_new, dict(refused or {}), now))
+        return self._write(lambda conn: self._insert(conn, rows, want_new, refused, now))
 
     def _write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         with self._write_lock:

@@ -168,6 +168,13 @@ class Store:
         (reason -> events, refused before they got here) is added to the ``refusals`` of the week of ``now``
         (default: the clock) in the same transaction: no client id, no text of theirs.
         """
+        if not rows and not refused:
+            return Inserted(0, [], 0)
+        return self._insert_batch(rows, want_new, dict(refused or {}), now)
+
+    def _insert_batch(
+        self, rows: Sequence[Row], want_new: bool, refused: dict[str, int], now: float | None
+    ) -> Inserted:  # pragma: no cover - each back end has its own
         raise NotImplementedError
 
     def refusals(self) -> dict[str, dict[str, int]]:

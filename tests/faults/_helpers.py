@@ -189,7 +189,19 @@ class Collector:
     def __init__(self, db: Path, env: dict[str, str]) -> None:
         self.db = db
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "spool_reporter.collector", "serve", "--port", "0", "--db", str(db)],
+            # No per-client weekly cap: a fault trial sends thousands of events from one client id.
+            [
+                sys.executable,
+                "-m",
+                "spool_reporter.collector",
+                "serve",
+                "--port",
+                "0",
+                "--db",
+                str(db),
+                "--max-per-client-week",
+                "0",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
