@@ -1,0 +1,279 @@
+"""The store interface, one suite over both back ends: SQLite (a file) and PostgreSQL (a real server that the
+tests start themselves, ``tests/pg.py``; skipped with the reason where it cannot be had)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pg
+import pytest
+from test_collector import CLOCK, POLICY, _populate, batch, event, rows_of
+
+from spool_reporter.collector import CollectorError, Limits, make_app, open_store, stats
+from spool_reporter.collector._store import COLUMNS, OVER_CAP, SCHEMA_VERSION, Store, redact
+
+BACKENDS = [pytest.param("sqlite", id="sqlite"), pytest.param("postgresql", id="postgresql")]
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> pg.Server:
+    try:
+        return pg.server()
+    except pg.Unavailable as exc:
+        pytest.skip(f"PostgreSQL cannot be had here: {exc}")
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty database of each back end: a SQLite path, or a PostgreSQL URL with its own schema."""
+    if request.param == "sqlite":
+        return str(tmp_path / "c.sqlite3")
+    server: pg.Server = request.getfixturevalue("pg_server")
+    return server.url()
+
+
+@pytest.fixture
+def opened() -> Iterator[list[Store]]:
+    """Stores to close at the end of the test (PostgreSQL connections are not for the garbage collector)."""
+    stores: list[Store] = []
+    yield stores
+    for store in stores:
+        store.close()
+
+
+def open_(db: str, opened: list[Store], **kwargs: object) -> Store:
+    store = open_store(db, **kwargs)  # type: ignore[arg-type]
+    opened.append(store)
+    return store
+
+
+def test_deduplicates_and_reports_new_rows(db_url: str, opened: list[Store]) -> None:
+    store = open_(db_url, opened)
+    assert store.schema_version() == SCHEMA_VERSION
+    rows = rows_of(batch([event(client=i) for i in range(5)]))
+    assert store.insert(rows).added == 5
+    again = rows_of(batch([event(client="x")]))
+    added, new, limited = store.insert([*rows[:2], *again, *again], want_new=True)
+    assert (added, limited) == (1, 0)
+    assert [r[0] for r in new] == [again[0][0]]
+    assert store.count() == (6, 6)
+    store.close()
+    assert open_(db_url, opened, create=False).count() == (6, 6)
+
+
+def test_statistics_are_the_same_on_both(db_url: str, opened: list[Store], tmp_path: Path) -> None:
+    reference = tmp_path / "reference.sqlite3"
+    _populate(reference)
+    store = open_(db_url, opened)
+    ref = open_(str(reference), opened)
+    with ref.reading() as reader:
+        rows = reader.query(f"SELECT {', '.join(COLUMNS)} FROM events")
+    store.insert([tuple(str(v) for v in row) for row in rows])  # type: ignore[misc]
+    assert stats(store).as_dict() == stats(ref).as_dict()
+    assert stats(store, app="MyTool").as_dict() == stats(ref, app="MyTool").as_dict()
+
+
+def test_cap_per_client_per_week_is_counted(db_url: str, opened: list[Store]) -> None:
+    store = open_(db_url, opened, limits=Limits(per_client_week=3))
+    week49 = [event(client="busy", when=f"2026-12-0{d}T10:00:00Z") for d in range(1, 6)]  # 2026-W49, five events
+    week50 = [event(client="busy", when="2026-12-08T10:00:00Z")]
+    other = [event(client="calm")]
+    rows = rows_of(batch(week49[:2] + other))
+    assert store.insert(rows, now=CLOCK) == (3, [], 0)
+    # Two more for "busy" in W49: one fits, one is over the cap; a re-sent one is a duplicate, not over it.
+    rows = rows_of(batch([week49[0], *week49[2:4], *week50]))
+    assert store.insert(rows, now=CLOCK)[::2] == (2, 1)
+    rows = rows_of(batch(week49[4:]))
+    assert store.insert(rows, now=CLOCK)[::2] == (0, 1)
+    assert store.count() == (5, 2)
+    assert store.refusals() == {"2027-W01": {OVER_CAP: 2}}  # counted in the week they were refused
+    weeks = {w.week: w.events for w in stats(store).weeks}
+    assert weeks == {"2026-W49": 4, "2026-W50": 1}  # 3 of busy's + calm's
+
+
+def test_no_cap(db_url: str, opened: list[Store]) -> None:
+    store = open_(db_url, opened, limits=Limits(per_client_week=0))
+    rows = rows_of(batch([event(client="busy") for _ in range(50)]))
+    assert store.insert(rows).added == 50
+
+
+def test_refusals_are_counted_in_the_same_transaction(db_url: str, opened: list[Store]) -> None:
+    store = open_(db_url, opened)
+    store.insert([], refused={"too_old": 2, "os": 1}, now=CLOCK)
+    store.insert(rows_of(batch([event()])), refused={"os": 4}, now=CLOCK + 7 * 86400)
+    assert store.refusals() == {"2027-W01": {"os": 1, "too_old": 2}, "2027-W02": {"os": 4}}
+    assert stats(store).refused == store.refusals()
+
+
+def test_threads_count_each_event_once(db_url: str, opened: list[Store]) -> None:
+    store = open_(db_url, opened)
+    events = [event(client=i % 40) for i in range(400)]
+    errors: list[BaseException] = []
+    added: list[int] = []
+
+    def work(k: int) -> None:
+        try:
+            # Every thread sends every event, in its own order and batch size.
+            order = events[k:] + events[:k]
+            size = 50 + 25 * k
+            for start in range(0, len(order), size):
+                added.append(store.insert(rows_of(batch(order[start : start + size]))).added)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert sum(added) == 400
+    assert store.count() == (400, 40)
+
+
+def test_migrates_schema_1(db_url: str, opened: list[Store]) -> None:
+    rows = rows_of(batch([event(client="old", when="2026-12-03T10:00:00Z") for _ in range(3)]))
+    if db_url.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            from spool_reporter.collector._postgres import MIGRATIONS
+
+            conn.execute(MIGRATIONS[1][0])
+            for row in rows:
+                conn.execute(f"INSERT INTO events VALUES ({', '.join(['%s'] * len(row))})", row)
+    else:
+        from spool_reporter.collector._sqlite import MIGRATIONS
+
+        conn = sqlite3.connect(db_url)
+        conn.execute(MIGRATIONS[1][0])
+        conn.executemany(f"INSERT INTO events VALUES ({', '.join('?' * len(COLUMNS))})", rows)
+        conn.execute("PRAGMA user_version = 1")
+        conn.commit()
+        conn.close()
+    reader = open_(db_url, opened, create=False)  # reading an old schema needs no migration
+    assert (reader.count(), reader.refusals(), stats(reader).events) == ((3, 1), {}, 3)
+    reader.close()
+    store = open_(db_url, opened, limits=Limits(per_client_week=4))
+    assert store.schema_version() == SCHEMA_VERSION
+    # The cap counts the history that was there before the migration: one more fits, the next does not.
+    more = rows_of(batch([event(client="old", when="2026-12-04T10:00:00Z") for _ in range(2)]))
+    assert store.insert(more)[::2] == (1, 1)
+
+
+def test_refuses_a_newer_schema(db_url: str, opened: list[Store]) -> None:
+    open_(db_url, opened).close()
+    if db_url.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute("UPDATE spool_reporter_schema SET version = 99")
+    else:
+        conn = sqlite3.connect(db_url)
+        conn.execute("PRAGMA user_version = 99")
+        conn.close()
+    for create in (True, False):
+        with pytest.raises(CollectorError, match=r"has schema 99, newer than this collector's 2: upgrade"):
+            open_store(db_url, create=create)
+
+
+def test_reading_an_empty_database_is_an_error(db_url: str) -> None:
+    with pytest.raises(CollectorError, match="no collector"):
+        stats(db_url)
+
+
+def test_the_wsgi_app_runs_on_both(db_url: str) -> None:
+    from test_collector import _call
+
+    app = make_app(db_url, policy=POLICY)
+    try:
+        body = batch([event(), event(name="migrate", valid=False)])
+        headers = {"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body))}
+        status, out = _call(app, "POST", "/v1/batch", body, headers)
+        assert (status, out) == ("200 OK", b'{"accepted": 1, "duplicates": 0, "rejected": 1}')
+        assert app.store.refusals() == {"2027-W01": {"command": 1}}
+    finally:
+        app.store.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://spool:hunter2@db.example/spool", "postgresql://spool:***@db.example/spool"),
+        ("postgresql://db.example/spool?password=hunter2", "postgresql://db.example/spool?***"),
+        ("postgresql://spool@db.example/spool", "postgresql://spool@db.example/spool"),
+    ],
+)
+def test_messages_never_show_a_password(url: str, shown: str) -> None:
+    assert redact(url) == shown
+
+
+def test_an_unreachable_postgres_is_one_line(tmp_path: Path) -> None:
+    sock_dir = tmp_path / "nothing-here"
+    sock_dir.mkdir()
+    url = f"postgresql://spool:hunter2@/spool?host={sock_dir}"
+    with pytest.raises(CollectorError) as info:
+        open_store(url)
+    text = str(info.value)
+    assert "hunter2" not in text
+    assert "\n" not in text
+    assert text.startswith("cannot connect to the collector database postgresql://spool:***@/spool")
+
+
+# -- SQLite only: durability and file modes -------------------------------------------------------------------
+
+
+def test_sqlite_is_wal_and_fully_synchronous(tmp_path: Path, opened: list[Store]) -> None:
+    store = open_(str(tmp_path / "c.sqlite3"), opened)
+    store.insert(rows_of(batch([event()])))
+    from spool_reporter.collector._sqlite import SQLiteStore
+
+    assert isinstance(store, SQLiteStore)
+    conn = store._writing_connection()
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL: every commit is fsynced
+    with store.connection() as reader:
+        assert reader.execute("PRAGMA synchronous").fetchone()[0] == 2
+
+
+_PRIVATE = r"""
+import os, stat, sys
+os.umask(0)
+sys.path[:0] = sys.argv[2:]
+from spool_reporter.collector import open_store
+from spool_reporter.collector._wire import parse_batch
+db = sys.argv[1]
+store = open_store(db)
+store.insert([("0b6fc0ae-83e8-4a5c-9d9e-12e1d2d1c2c3", "startproject", "Django", "5.2", "CPython", "3.11", "Linux",
+               "6.1", "x86_64", "5d1c0c8e-7c53-4a35-9a3e-a5b0d7e0e1f2", "2026-12-03T08:15:48Z", "2026-W49")])
+with store.reading() as r:  # readers keep the -wal and -shm files in place
+    print(" ".join(oct(stat.S_IMODE(os.stat(db + s).st_mode)) for s in ("", "-wal", "-shm")))
+store.close()
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")
+def test_sqlite_files_are_private_whatever_the_umask() -> None:
+    # pytest's own temporary folders are 0700 root's: an unprivileged user needs one it can reach.
+    with tempfile.TemporaryDirectory(prefix="spool-umask-") as tmp:
+        os.chmod(tmp, 0o755)
+        folder = Path(tmp) / "shared"
+        folder.mkdir()
+        os.chmod(folder, 0o777)  # anyone may create files here: only the modes protect them
+        db = folder / "c.sqlite3"
+        paths = [p for p in sys.path if p]
+        cmd = [sys.executable, "-c", _PRIVATE, str(db), *paths]
+        if os.geteuid() == 0:  # root ignores file modes: run as an unprivileged user, as an operator would
+            cmd = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--", *cmd]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["0o600", "0o600", "0o600"]
+        assert stat.S_IMODE(db.stat().st_mode) == 0o600
