@@ -115,6 +115,19 @@ class _Problem(Exception):
         self.code = code
 
 
+def _close(sock: socket.socket) -> None:
+    """Close after the answer without a reset: unread bytes at ``close()`` make the kernel send RST, which
+    can destroy the answer before the client reads it. Never blocks (the socket is non-blocking)."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_WR)
+    with contextlib.suppress(OSError):
+        for _ in range(16):  # at most 1 MiB of what is already here
+            if not sock.recv(65536):
+                break
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
 def _family(host: str) -> socket.AddressFamily:
     try:
         return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
@@ -140,9 +153,13 @@ class CollectorServer:
     and end it with :meth:`stop` (from another thread or a signal handler), or use it as a context manager.
     """
 
-    def __init__(self, app: Collector, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, app: Collector, *, host: str = "127.0.0.1", port: int = 0, request_deadline: float = REQUEST_DEADLINE
+    ) -> None:
         self.app = app
         self.host = host
+        self.request_deadline = request_deadline
+        """Seconds a connection has to deliver its whole request (:data:`REQUEST_DEADLINE`)."""
         listener = socket.socket(_family(host), socket.SOCK_STREAM)
         try:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -284,7 +301,7 @@ class CollectorServer:
                 oldest = min(conns.values(), key=lambda c: c.deadline)
                 self._finish(sel, conns, oldest, _answer(503, headers=[("Retry-After", "5")]))
             sock.setblocking(False)
-            conn = _Connection(sock, time.monotonic() + REQUEST_DEADLINE)
+            conn = _Connection(sock, time.monotonic() + self.request_deadline)
             conns[sock.fileno()] = conn
             sel.register(sock, selectors.EVENT_READ, conn)
 
@@ -406,8 +423,7 @@ class CollectorServer:
         if answer is not None:
             with contextlib.suppress(OSError):
                 conn.sock.send(answer)
-        with contextlib.suppress(OSError):
-            conn.sock.close()
+        _close(conn.sock)
 
     def _shutdown(self, sel: selectors.BaseSelector, conns: dict[int, _Connection]) -> None:
         """Stop: close what is being read, refuse what waits, give what is being stored a moment."""
@@ -416,6 +432,15 @@ class CollectorServer:
             self._finish(sel, conns, conn, refuse)
         with contextlib.suppress(Exception):
             sel.close()
+        for _ in range(MAX_CONNECTIONS):  # connected but not yet accepted: told too, not reset
+            try:
+                sock, _address = self._listener.accept()
+            except OSError:
+                break
+            sock.setblocking(False)
+            with contextlib.suppress(OSError):
+                sock.send(refuse)
+            _close(sock)
         with contextlib.suppress(OSError):
             self._listener.close()  # new connections are refused from here on
         while True:
