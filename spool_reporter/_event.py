@@ -238,6 +238,35 @@ def parse_time(text: str) -> int | None:
 _EPOCH_ORDINAL: Final = datetime.date(1970, 1, 1).toordinal()
 
 
+_FACTS: dict[tuple[str, ...], str | None] = {}
+"""(event, app, versions, OS, arch, user agent) -> the rule they break, for the combinations seen."""
+_UNSEEN: Final = "?"
+
+
+def _facts_problem(facts: tuple[str, ...]) -> str | None:
+    """The rule broken by (event, app, app_version, python, python_version, os, os_release, arch, user_agent)."""
+    name, app, app_version, python, python_version, family, release, arch, agent = facts
+    if _NAME.match(name) is None:
+        return "event"
+    if _APP_NAME.match(app) is None:
+        return "app"
+    if not _version(app_version, "app_version"):
+        return "app_version"
+    if python not in PYTHON_IMPLEMENTATIONS:
+        return "python"
+    if not _version(python_version, "python_version"):
+        return "python_version"
+    if family not in OS_FAMILIES:
+        return "os"
+    if release != "unknown" and not _version(release, "os_release"):
+        return "os_release"
+    if arch not in ARCHITECTURES:
+        return "arch"
+    if agent != format_user_agent(app, app_version, impl=python, pyver=python_version, family=family, arch=arch):
+        return "user_agent"
+    return None
+
+
 def window_problem(epoch: int, *, now: float, max_age: float = MAX_AGE_SECONDS) -> str | None:
     """``"too_old"``, ``"future"`` or ``None``: whether an event at ``epoch`` is inside the time window."""
     if epoch < now - max_age:
@@ -274,32 +303,17 @@ def check(
         return "event_id"
     if _UUID4.match(s["client_id"]) is None:
         return "client_id"
-    name = s["event"]
-    if _NAME.match(name) is None:
-        return "event"
-    app = s["app"]
-    if _APP_NAME.match(app) is None:
-        return "app"
-    if commands is not None and name not in commands:
+    # The descriptive fields repeat across events (one machine sends the same facts every time): judge each
+    # combination once, then look it up.
+    facts = (s["event"], s["app"], s["app_version"], s["python"], s["python_version"], s["os"], s["os_release"],
+             s["arch"], s["user_agent"])  # fmt: skip
+    reason = _FACTS.get(facts, _UNSEEN)
+    if reason is _UNSEEN:
+        reason = _remember(_FACTS, facts, _facts_problem(facts))
+    if reason is not None:
+        return reason
+    if commands is not None and facts[0] not in commands:
         return "command"
-    if not _version(s["app_version"], "app_version"):
-        return "app_version"
-    if s["python"] not in PYTHON_IMPLEMENTATIONS:
-        return "python"
-    if not _version(s["python_version"], "python_version"):
-        return "python_version"
-    if s["os"] not in OS_FAMILIES:
-        return "os"
-    release = s["os_release"]
-    if release != "unknown" and not _version(release, "os_release"):
-        return "os_release"
-    if s["arch"] not in ARCHITECTURES:
-        return "arch"
-    derived = format_user_agent(
-        app, s["app_version"], impl=s["python"], pyver=s["python_version"], family=s["os"], arch=s["arch"]
-    )
-    if s["user_agent"] != derived:
-        return "user_agent"
     epoch = parse_time(s["time"])
     if epoch is None:
         return "time"

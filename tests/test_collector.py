@@ -12,7 +12,6 @@ import http.server
 import io
 import json
 import logging
-import math
 import socket
 import threading
 import time
@@ -304,7 +303,9 @@ def test_fuzz_parse_json(doc: object) -> None:
 @given(st.sampled_from(FIELDS), _JSON | st.text(max_size=120))
 def test_fuzz_one_field(field: str, value: object) -> None:
     bad = {**event(), field: value}
-    if isinstance(value, float) and not math.isfinite(value):
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
         with pytest.raises(BadRequest, match="not JSON"):  # json.dumps wrote Infinity: not a batch
             parse_batch(batch([bad]), POLICY)
         return

@@ -450,11 +450,11 @@ class CollectorServer:
                 break
             if item is _STOP:
                 continue
-            sock: socket.socket = item[0]  # type: ignore[index]
+            waiting: socket.socket = item[0]  # type: ignore[index]
             with contextlib.suppress(OSError):
-                sock.send(refuse)
+                waiting.send(refuse)
             with contextlib.suppress(OSError):
-                sock.close()
+                waiting.close()
             self._done_one()
         deadline = time.monotonic() + STOP_GRACE
         with self._idle:
@@ -475,22 +475,22 @@ class CollectorServer:
             item = self._work.get()
             if item is _STOP:
                 return
-            sock: socket.socket = item[0]  # type: ignore[index]
+            client: socket.socket = item[0]  # type: ignore[index]
             environ: dict[str, Any] = item[1]  # type: ignore[index]
             try:
                 if self._stopping.is_set():
                     answer = _answer(503, headers=[("Content-Type", "text/plain; charset=utf-8"), ("Retry-After", "5")])
                 else:
                     answer = self._run_app(environ)
-                sock.settimeout(WRITE_TIMEOUT)
-                sock.sendall(answer)
+                client.settimeout(WRITE_TIMEOUT)
+                client.sendall(answer)
                 with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_WR)
+                    client.shutdown(socket.SHUT_WR)
             except Exception:  # noqa: S110 - a client that went away; nothing of it is worth a line
                 pass
             finally:
                 with contextlib.suppress(OSError):
-                    sock.close()
+                    client.close()
                 self._done_one()
 
     def _run_app(self, environ: dict[str, Any]) -> bytes:

@@ -93,6 +93,11 @@ def iso_week(time_text: str) -> str | None:
 
     if parse_time(time_text) is None:
         return None
+    return week_of_valid(time_text)
+
+
+def week_of_valid(time_text: str) -> str:
+    """:func:`iso_week` of a time already validated (:func:`spool_reporter._event.check` did): no re-parse."""
     day = time_text[:10]
     week = _WEEKS.get(day)
     if week is None:

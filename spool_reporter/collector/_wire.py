@@ -39,7 +39,7 @@ from spool_reporter._event import (
 )
 from spool_reporter.transports import ga4 as _ga4
 
-from ._store import COLUMNS, Row, iso_week
+from ._store import COLUMNS, Row, week_of_valid
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -141,9 +141,7 @@ def _judge(obj: object, policy: Policy, now: float, rows: list[Row], refused: di
         refused[reason] = refused.get(reason, 0) + 1
         return
     e: dict[str, str] = obj  # type: ignore[assignment]  # check() proved it an event
-    week = iso_week(e["time"])
-    assert week is not None  # check() parsed the time
-    rows.append((*[e[key] for key in _ROW_FIELDS], week))  # type: ignore[arg-type]
+    rows.append((*[e[key] for key in _ROW_FIELDS], week_of_valid(e["time"])))  # type: ignore[arg-type]
 
 
 def _load(body: bytes, cap: int) -> dict[str, object]:
