@@ -26,6 +26,7 @@ and comes back), never with a traceback.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 import time
@@ -89,24 +90,29 @@ MIGRATIONS: Final = {
 """Schema version -> the statements that reach it from the one before."""
 assert max(MIGRATIONS) == SCHEMA_VERSION
 
-_ARRAYS: Final = ", ".join(f"%s::{_TYPES.get(c, 'text')}[]" for c in COLUMNS)
+# Parameters travel as one text value each -- a comma-separated list (uuids and ISO weeks hold no comma), or
+# the batch as JSON -- not as arrays: psycopg quotes every element of a text array in Python, which cost
+# more than the rest of the insert together (benchmarks/bench_collector.py).
+_PAIRS: Final = "unnest(string_to_array(%s, ','), string_to_array(%s, ','))"
 _INSERT: Final = (
-    f"INSERT INTO events ({', '.join(COLUMNS)}) SELECT * FROM unnest({_ARRAYS}) "  # noqa: S608 - fixed names
+    f"INSERT INTO events ({', '.join(COLUMNS)}) "  # noqa: S608 - fixed names
+    f"SELECT {', '.join(COLUMNS)} FROM json_populate_recordset(NULL::events, %s::json) "
     "ON CONFLICT (event_id) DO NOTHING"
 )
 _ENSURE_CLIENT_WEEKS: Final = (
-    "INSERT INTO client_weeks (client_id, week, n) SELECT c, w, 0 FROM unnest(%s::uuid[], %s::text[]) AS u(c, w) "
+    f"INSERT INTO client_weeks (client_id, week, n) SELECT c::uuid, w, 0 FROM {_PAIRS} AS u(c, w) "  # noqa: S608
     "ON CONFLICT DO NOTHING"
 )
 _LOCK_CLIENT_WEEKS: Final = (
-    "SELECT client_id::text, week, n FROM client_weeks "
-    "WHERE (client_id, week) IN (SELECT * FROM unnest(%s::uuid[], %s::text[])) "
+    "SELECT client_id::text, week, n FROM client_weeks "  # noqa: S608 - fixed text
+    f"WHERE (client_id, week) IN (SELECT c::uuid, w FROM {_PAIRS} AS u(c, w)) "
     'ORDER BY client_id, week COLLATE "C" FOR UPDATE'
 )
-_KNOWN: Final = "SELECT event_id::text FROM events WHERE event_id = ANY(%s::uuid[])"
+_KNOWN: Final = "SELECT event_id::text FROM events WHERE event_id = ANY(string_to_array(%s, ',')::uuid[])"
 _ADD_CLIENT_WEEKS: Final = (
-    "UPDATE client_weeks AS c SET n = c.n + u.n FROM unnest(%s::uuid[], %s::text[], %s::integer[]) AS u(c, w, n) "
-    "WHERE c.client_id = u.c AND c.week = u.w"
+    "UPDATE client_weeks AS c SET n = c.n + u.n::integer "
+    "FROM unnest(string_to_array(%s, ','), string_to_array(%s, ','), string_to_array(%s, ',')) AS u(c, w, n) "
+    "WHERE c.client_id = u.c::uuid AND c.week = u.w"
 )
 _ADD_REFUSAL: Final = (
     "INSERT INTO refusals (week, reason, n) VALUES (%s, %s, %s) "
@@ -263,7 +269,7 @@ class PostgresStore(Store):
     ) -> Inserted:
         cap = self.limits.per_client_week
         keys = sorted({(row[9], row[11]) for row in rows})
-        clients, weeks = [k[0] for k in keys], [k[1] for k in keys]
+        clients, weeks = ",".join(k[0] for k in keys), ",".join(k[1] for k in keys)
         kept: list[Row] = []
         added = limited = 0
         with conn.transaction(), conn.cursor() as cur:
@@ -271,16 +277,15 @@ class PostgresStore(Store):
                 # Lock this batch's (client, week) rows, creating missing ones, in one order (see the docstring).
                 cur.execute(_ENSURE_CLIENT_WEEKS, (clients, weeks))
                 used = {(c, w): int(n) for c, w, n in cur.execute(_LOCK_CLIENT_WEEKS, (clients, weeks))}
-                known = {r[0] for r in cur.execute(_KNOWN, (list({row[0] for row in rows}),))}
+                known = {r[0] for r in cur.execute(_KNOWN, (",".join({row[0] for row in rows}),))}
                 new, groups = group_new(rows, known)
                 kept, taken, limited = apply_cap(new, groups, used, cap)
                 if kept:
-                    columns = [list(column) for column in zip(*kept, strict=True)]
-                    added = cur.execute(_INSERT, columns).rowcount
+                    batch = json.dumps([dict(zip(COLUMNS, row, strict=True)) for row in kept], separators=(",", ":"))
+                    added = cur.execute(_INSERT, (batch,)).rowcount
                     items = sorted(taken.items())
-                    cur.execute(
-                        _ADD_CLIENT_WEEKS, ([k[0] for k, _ in items], [k[1] for k, _ in items], [n for _, n in items])
-                    )
+                    columns = (",".join(k[0] for k, _ in items), ",".join(k[1] for k, _ in items))
+                    cur.execute(_ADD_CLIENT_WEEKS, (*columns, ",".join(str(n) for _, n in items)))
             if limited:
                 refused[OVER_CAP] = refused.get(OVER_CAP, 0) + limited
             if refused:
