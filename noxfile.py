@@ -40,8 +40,10 @@ processes, files and sockets, not version-specific code, and four runs would dou
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """The whole test suite on one Python (skipped where that Python is not installed); Django commands run in
-    the ``django`` session, and the fault suite (at CI size) only on ``FAULTS_PYTHON``."""
-    session.install(".", *TEST_DEPS)
+    the ``django`` session, and the fault suite (at CI size) only on ``FAULTS_PYTHON``. The ``collector`` extra
+    (psycopg, gunicorn) is installed so that the PostgreSQL and gunicorn tests run on every Python: they start
+    one PostgreSQL per session (~3 s) and a few gunicorn processes (~10 s in all)."""
+    session.install(".[collector]", *TEST_DEPS)
     marker = "not django" if session.python == FAULTS_PYTHON else "not django and not faults"
     session.run("pytest", "-m", marker, *session.posargs, env={"PYTHONHASHSEED": "0"})
 
@@ -72,7 +74,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over the package."""
-    session.install("mypy>=1.13", ".")
+    session.install("mypy>=1.13", ".[collector]")  # psycopg's types for the PostgreSQL store
     session.run("mypy", "--strict", "spool_reporter")
 
 
@@ -87,7 +89,7 @@ def docs(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
     """Benchmarks: print the figures and assert the budgets (with a tolerance for a noisy 2-core machine)."""
-    session.install(".[django]")
+    session.install(".[django,collector]")
     env = {"PYTHONHASHSEED": "0"}
     for script in sorted((REPO / "benchmarks").glob("bench_*.py")):
         session.run("python", str(script), *session.posargs, env=env)

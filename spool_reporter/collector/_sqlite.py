@@ -15,6 +15,9 @@ process only, and the client deletes what was answered ``2xx``).
 ``-wal`` and ``-shm`` files the database file's mode (``os_unix.c``, ``findCreateFileMode``), and the tests
 check all three under ``umask 000`` as an unprivileged user. Client ids are not for other local users.
 
+**Group commit.** Batches that arrive while another is being written wait for the writer, and the next
+transaction takes them all: one fsync for several batches, each answered once that commit returned.
+
 **Connections.** Each process writes through one connection, behind a lock: SQLite runs one write
 transaction at a time anyway, and a connection's page cache is thrown away whenever *another* connection
 has written, so several writing connections in one process would each start every batch with a cold
@@ -143,6 +146,18 @@ def _unavailable(exc: sqlite3.OperationalError) -> bool:
     return "locked" in text or "busy" in text
 
 
+class _Job:
+    """One caller's batch in a group commit."""
+
+    __slots__ = ("done", "error", "now", "refused", "result", "rows", "want_new")
+
+    def __init__(self, rows: Sequence[Row], want_new: bool, refused: dict[str, int], now: float | None) -> None:
+        self.rows, self.want_new, self.refused, self.now = rows, want_new, refused, now
+        self.done = False
+        self.result: Inserted | None = None
+        self.error: BaseException | None = None
+
+
 class SQLiteStore(Store):
     """The events database in the SQLite file ``path``.
 
@@ -174,6 +189,7 @@ class SQLiteStore(Store):
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._writer: sqlite3.Connection | None = None
+        self._pending: list[_Job] = []
         self._pool: list[sqlite3.Connection] = []
         self._pid = os.getpid()
         try:
@@ -282,67 +298,87 @@ class SQLiteStore(Store):
     def _insert_batch(
         self, rows: Sequence[Row], want_new: bool, refused: dict[str, int], now: float | None
     ) -> Inserted:
-        return self._write(lambda conn: self._insert(conn, rows, want_new, refused, now))
-
-    def _write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        # Group commit: every batch waiting for the writer when it frees up goes into the next transaction,
+        # so that one fsync (synchronous=FULL) covers them all; each caller returns once that COMMIT did.
+        job = _Job(rows, want_new, refused, now)
+        with self._lock:
+            self._pending.append(job)
         with self._write_lock:
+            if not job.done:
+                with self._lock:
+                    jobs, self._pending = self._pending, []
+                self._commit_group(jobs)
+        if job.error is not None:
+            raise job.error
+        assert job.result is not None
+        return job.result
+
+    def _commit_group(self, jobs: list[_Job]) -> None:
+        """Under the write lock: run ``jobs`` in one transaction; each gets its result or the exception."""
+        error: BaseException | None = None
+        results: list[Inserted] = []
+        try:
             conn = self._writing_connection()
             try:
-                return work(conn)
-            except sqlite3.OperationalError as exc:
-                self._drop_writer(conn)
-                if _unavailable(exc):
-                    raise Unavailable(str(exc)) from exc
-                raise
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    results = [self._insert(conn, job) for job in jobs]
+                    conn.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise
             except BaseException:
                 self._drop_writer(conn)
                 raise
+        except sqlite3.OperationalError as exc:
+            error = Unavailable(str(exc)) if _unavailable(exc) else exc
+        except BaseException as exc:  # handed to every caller of the group, re-raised there
+            error = exc
+        for k, job in enumerate(jobs):
+            if error is None:
+                job.result = results[k]
+            else:
+                job.error = error
+            job.done = True
 
     def _drop_writer(self, conn: sqlite3.Connection) -> None:
         self._writer = None  # possibly inside a failed transaction: start afresh next time
         with contextlib.suppress(sqlite3.Error):
             conn.close()
 
-    def _insert(
-        self, conn: sqlite3.Connection, rows: Sequence[Row], want_new: bool, refused: dict[str, int], now: float | None
-    ) -> Inserted:
+    def _insert(self, conn: sqlite3.Connection, job: _Job) -> Inserted:
+        """One batch, inside the group's write transaction (so no other writer can add rows meanwhile)."""
         cap = self.limits.per_client_week
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            # Inside the write transaction, so no other writer can add one of these meanwhile.
-            ids = list({row[0] for row in rows})
-            known: set[str] = set()
-            for start in range(0, len(ids), _CHUNK):
-                chunk = ids[start : start + _CHUNK]
-                query = f"SELECT event_id FROM events WHERE event_id IN ({','.join('?' * len(chunk))})"  # noqa: S608
-                known.update(r[0] for r in conn.execute(query, chunk))
-            new, groups = group_new(rows, known)
-            used: dict[tuple[str, str], int] = {}
-            if cap > 0 and groups:
-                clients = list({client for client, _ in groups})
-                for start in range(0, len(clients), _CHUNK):
-                    chunk = clients[start : start + _CHUNK]
-                    query = (
-                        "SELECT client_id, week, n FROM client_weeks "  # noqa: S608 - only ?s
-                        f"WHERE client_id IN ({','.join('?' * len(chunk))})"
-                    )
-                    for client, week, n in conn.execute(query, chunk):
-                        if (client, week) in groups:
-                            used[(client, week)] = int(n)
-            kept, taken, limited = apply_cap(new, groups, used, cap)
-            conn.executemany(_INSERT, kept)
-            conn.executemany(_ADD_CLIENT_WEEK, [(client, week, n) for (client, week), n in taken.items()])
-            if limited:
-                refused[OVER_CAP] = refused.get(OVER_CAP, 0) + limited
-            if refused:
-                week = this_week(time.time() if now is None else now)
-                conn.executemany(_ADD_REFUSAL, [(week, reason, n) for reason, n in sorted(refused.items()) if n])
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
-        return Inserted(len(kept), kept if want_new else [], limited)
+        rows, refused = job.rows, job.refused
+        ids = list({row[0] for row in rows})
+        known: set[str] = set()
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            query = f"SELECT event_id FROM events WHERE event_id IN ({','.join('?' * len(chunk))})"  # noqa: S608
+            known.update(r[0] for r in conn.execute(query, chunk))
+        new, groups = group_new(rows, known)
+        used: dict[tuple[str, str], int] = {}
+        if cap > 0 and groups:
+            clients = list({client for client, _ in groups})
+            for start in range(0, len(clients), _CHUNK):
+                chunk = clients[start : start + _CHUNK]
+                query = (
+                    "SELECT client_id, week, n FROM client_weeks "  # noqa: S608 - only ?s
+                    f"WHERE client_id IN ({','.join('?' * len(chunk))})"
+                )
+                for client, week, n in conn.execute(query, chunk):
+                    if (client, week) in groups:
+                        used[(client, week)] = int(n)
+        kept, taken, limited = apply_cap(new, groups, used, cap)
+        conn.executemany(_INSERT, kept)
+        conn.executemany(_ADD_CLIENT_WEEK, [(client, week, n) for (client, week), n in taken.items()])
+        if limited:
+            refused[OVER_CAP] = refused.get(OVER_CAP, 0) + limited
+        if refused:
+            week = this_week(time.time() if job.now is None else job.now)
+            conn.executemany(_ADD_REFUSAL, [(week, reason, n) for reason, n in sorted(refused.items()) if n])
+        return Inserted(len(kept), kept if job.want_new else [], limited)
 
     # -- reading --------------------------------------------------------------------------------------------
 
@@ -371,10 +407,3 @@ class SQLiteStore(Store):
             self._pid = -1  # connections returned later are closed, not pooled
         for conn in pool:
             conn.close()
-
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import TypeVar
-
-    _T = TypeVar("_T")
