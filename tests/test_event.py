@@ -6,6 +6,7 @@ import json
 import platform
 import re
 import sys
+import time
 import uuid
 
 import pytest
@@ -14,10 +15,18 @@ from hypothesis import strategies as st
 
 from spool_reporter import App
 from spool_reporter._event import (
+    ARCHITECTURES,
+    DJANGO_COMMANDS,
     FIELDS,
     MAX_LINE_BYTES,
+    OS_FAMILIES,
+    OTHER,
+    PYTHON_IMPLEMENTATIONS,
+    REASONS,
     _quote,
     build_line,
+    check,
+    format_user_agent,
     is_event_name,
     is_uuid4,
     platform_facts,
@@ -61,7 +70,7 @@ def test_line_has_exactly_the_allowlisted_fields(app: App) -> None:
 
 
 def test_platform_facts_agree_with_the_platform_module() -> None:
-    impl, pyver, family, release, arch = platform_facts()
+    impl, _, family, _, arch = platform_facts()
     assert impl == platform.python_implementation()
     assert pyver == ".".join(platform.python_version_tuple()[:2])
     if sys.platform.startswith("linux"):
@@ -102,3 +111,74 @@ def test_validate_rejects_extra_missing_and_bad_fields(app: App) -> None:
     assert validate({**good, "schema": 2}) is None
     assert validate({**good, "os": 5}) is None
     assert validate([good]) is None
+
+
+# -- the shared validator (collector side too: tests/test_collector.py) --------------------------------------
+
+
+def _line(app: App, when: float, **fields: str) -> dict[str, object]:
+    obj = json.loads(build_line(app, "startproject", CID, when))
+    obj.update(fields)
+    return obj  # type: ignore[no-any-return]
+
+
+def test_the_hook_writes_what_the_validator_accepts(app: App) -> None:
+    now = time.time()
+    assert check(_line(app, now), now=now, commands=DJANGO_COMMANDS) is None
+    impl, _, family, _, arch = platform_facts()
+    assert (impl in PYTHON_IMPLEMENTATIONS, family in OS_FAMILIES, arch in ARCHITECTURES) == (True, True, True)
+
+
+def test_vocabularies_follow_the_hook_and_the_django_rules() -> None:
+    from spool_reporter._hot import _ARCH, _NAME_CHARS
+    from spool_reporter.django._rules import COMMANDS
+
+    assert frozenset(COMMANDS) == DJANGO_COMMANDS
+    assert set(_ARCH.values()) | {OTHER} == ARCHITECTURES
+    assert frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == _NAME_CHARS
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        pytest.param({"app_version": "7777.1"}, "app_version", id="version-bounds"),
+        pytest.param({"app_version": "5.2.1"}, "app_version", id="version-three-parts"),
+        pytest.param({"python_version": "3"}, "python_version", id="python-major-only"),
+        pytest.param({"os": "Djang\u043e"}, "os", id="cyrillic"),
+        pytest.param({"os": "TempleOS"}, "os", id="unknown-os"),
+        pytest.param({"arch": "mips"}, "arch", id="unknown-arch"),
+        pytest.param({"python": "Jython"}, "python", id="unknown-python"),
+        pytest.param({"user_agent": "Django/5.2 CPython/3.11 (Linux; x86_64) extra"}, "user_agent", id="agent"),
+        pytest.param({"event": "migrate"}, "command", id="not-a-django-command"),
+        pytest.param({"time": "9999-12-31T23:59:59Z"}, "future", id="year-9999"),
+        pytest.param({"time": "2000-01-01T00:00:00Z"}, "too_old", id="old"),
+    ],
+)
+def test_check_names_the_rule(app: App, fields: dict[str, str], reason: str) -> None:
+    now = time.time()
+    obj = _line(app, now)
+    if "user_agent" not in fields and any(
+        k in fields for k in ("app_version", "python_version", "os", "arch", "python")
+    ):
+        merged = {**obj, **fields}
+        fields = {**fields, "user_agent": format_user_agent(
+            str(merged["app"]), str(merged["app_version"]), impl=str(merged["python"]),
+            pyver=str(merged["python_version"]), family=str(merged["os"]), arch=str(merged["arch"]),
+        )}  # fmt: skip
+    assert check({**obj, **fields}, now=now, commands=DJANGO_COMMANDS) == reason
+    assert reason in REASONS
+
+
+def test_the_json_transport_keeps_to_the_collectors_time_window(app: App) -> None:
+    from spool_reporter._settings import Destination
+    from spool_reporter.transports import transport_for
+
+    now = time.time()
+    dest = Destination(transport="json", endpoint="https://collector.example/v1/batch", source="user")
+    events = [_line(app, now - 31 * 86400), _line(app, now), _line(app, now + 2 * 86400)]
+    prepared = transport_for(dest).prepare(events, now=now)
+    assert [e["time"] for b in prepared.batches for e in b.events] == [events[1]["time"]]
+    assert [reason for _, reason in prepared.rejected] == [
+        "older than the collector accepts (30 days)",
+        "more than a day in the future",
+    ]

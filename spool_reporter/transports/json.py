@@ -18,6 +18,7 @@ import json
 from collections.abc import Sequence
 from typing import Final
 
+from spool_reporter import _event
 from spool_reporter._version import __version__
 
 from . import Batch, Event, Prepared, Request, Transport
@@ -32,6 +33,10 @@ MAX_BODY_BYTES: Final = 512 * 1024
 """Bytes per request body: the collector's documented limit (500 events of ~420 bytes fit)."""
 
 _HEAD: Final = b'{"schema":1,"events":['
+_WINDOW_REASONS: Final = {
+    "too_old": f"older than the collector accepts ({_event.MAX_AGE_SECONDS // 86400} days)",
+    "future": "more than a day in the future",
+}
 _TAIL: Final = b"]}"
 
 
@@ -62,6 +67,12 @@ class JSONTransport(Transport):
         items: list[bytes] = []
         size = len(_HEAD) + len(_TAIL)
         for event in events:
+            # The collector's time window (the shared validator's default), judged on this machine's clock.
+            when = _event.parse_time(str(event.get("time", "")))
+            window = "time" if when is None else _event.window_problem(when, now=now)
+            if window is not None:
+                rejected.append((event, _WINDOW_REASONS.get(window, "not a valid time")))
+                continue
             item = encode(event)
             if size + len(item) + 1 > MAX_BODY_BYTES and len(_HEAD) + len(_TAIL) + len(item) > MAX_BODY_BYTES:
                 rejected.append((event, "larger than a whole batch"))
