@@ -161,7 +161,7 @@ def _free_port() -> int:
 class Collector:
     """One collector under test: its server process(es), where it listens, and its database."""
 
-    def __init__(self, name: str, backend: str, server: str, db: str, env: dict[str, str], deadline: float) -> None:
+    def __init__(self, name: str, *, backend: str, server: str, db: str, env: dict[str, str], deadline: float) -> None:
         self.name, self.backend, self.server, self.db = name, backend, server, db
         self.rounds: list[dict[str, float]] = []
         if server == "embedded":
@@ -327,7 +327,9 @@ def main() -> int:
             for backend in ("sqlite", "postgresql"):
                 for kind in ("embedded", "gunicorn"):
                     db = str(Path(tmp) / f"{kind}.sqlite3") if backend == "sqlite" else server.url(kind)
-                    collectors.append(Collector(f"{backend} {kind}", backend, kind, db, env, deadline))
+                    collectors.append(
+                        Collector(f"{backend} {kind}", backend=backend, server=kind, db=db, env=env, deadline=deadline)
+                    )
             for r in range(args.rounds):
                 for c in collectors[r % len(collectors) :] + collectors[: r % len(collectors)]:
                     _round(env, c, clients=args.clients, batches=args.batches, tag=f"{c.name}-{r}", deadline=deadline)

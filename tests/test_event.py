@@ -70,7 +70,7 @@ def test_line_has_exactly_the_allowlisted_fields(app: App) -> None:
 
 
 def test_platform_facts_agree_with_the_platform_module() -> None:
-    impl, _, family, _, arch = platform_facts()
+    impl, pyver, family, release, arch = platform_facts()
     assert impl == platform.python_implementation()
     assert pyver == ".".join(platform.python_version_tuple()[:2])
     if sys.platform.startswith("linux"):
