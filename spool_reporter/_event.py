@@ -151,25 +151,7 @@ MAX_AGE_SECONDS: Final = 30 * 86400
 MAX_FUTURE_SECONDS: Final = 86400
 """Newest event accepted, ahead of the receiver's clock: time zones are UTC here, so only clock skew."""
 
-REASONS: Final = (
-    "shape",
-    "schema",
-    "event_id",
-    "event",
-    "command",
-    "app",
-    "app_version",
-    "python",
-    "python_version",
-    "os",
-    "os_release",
-    "arch",
-    "user_agent",
-    "client_id",
-    "time",
-    "too_old",
-    "future",
-)
+REASONS: Final = ("shape", *FIELDS, "command", "too_old", "future")
 """Every answer :func:`check` can give: ``shape`` (not an object with exactly :data:`FIELDS`, or a value that
 is not a printable ASCII string), a field's name (its value breaks that field's rule), ``command`` (a valid
 name outside the application's commands), ``too_old`` and ``future`` (outside the time window)."""

@@ -23,6 +23,8 @@ import threading
 from pathlib import Path
 from urllib.parse import quote
 
+import pytest
+
 START_TIMEOUT_S = 60
 """initdb and the first start take a few seconds on a loaded 2-core machine."""
 
@@ -140,3 +142,12 @@ def _stop() -> None:
         with contextlib.suppress(Exception):
             _server.stop()
         _server = None
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Server:
+    """The process's server; the test skips, with the reason, where PostgreSQL cannot be had."""
+    try:
+        return server()
+    except Unavailable as exc:
+        pytest.skip(f"PostgreSQL cannot be had here: {exc}")

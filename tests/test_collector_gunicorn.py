@@ -22,20 +22,13 @@ from pathlib import Path
 
 import pg
 import pytest
+from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
 from test_collector import PROBE_UA, batch, event, post, probe_headers
 from test_collector_processes import recent
 
 from spool_reporter.collector import stats
 
 gunicorn = pytest.importorskip("gunicorn", reason="gunicorn is not installed (pip install 'spool_reporter[collector]')")
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> pg.Server:
-    try:
-        return pg.server()
-    except pg.Unavailable as exc:
-        pytest.skip(f"PostgreSQL cannot be had here: {exc}")
 
 
 def _free_port() -> int:
@@ -124,7 +117,9 @@ _BATCH = 200
 
 
 def test_two_gunicorns_on_one_postgres_count_each_event_once(
-    tmp_path: Path, sandbox: object, pg_server: pg.Server
+    tmp_path: Path,
+    sandbox: object,
+    pg_server: pg.Server,  # noqa: F811 - the fixture imported above
 ) -> None:
     url = pg_server.url("gunicorn")
     when = recent()

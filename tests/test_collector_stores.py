@@ -15,20 +15,13 @@ from pathlib import Path
 
 import pg
 import pytest
+from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
 from test_collector import CLOCK, POLICY, _populate, batch, event, rows_of
 
 from spool_reporter.collector import CollectorError, Limits, make_app, open_store, stats
 from spool_reporter.collector._store import COLUMNS, OVER_CAP, SCHEMA_VERSION, Store, redact
 
 BACKENDS = [pytest.param("sqlite", id="sqlite"), pytest.param("postgresql", id="postgresql")]
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> pg.Server:
-    try:
-        return pg.server()
-    except pg.Unavailable as exc:
-        pytest.skip(f"PostgreSQL cannot be had here: {exc}")
 
 
 @pytest.fixture(params=BACKENDS)
