@@ -9,7 +9,8 @@ One request::
     {"schema": 1, "events": [<the spooled event objects, exactly as recorded>]}
 
 The events carry their ``event_id``, so the collector de-duplicates what an interrupted flusher resends. It
-answers 2xx (``{"accepted": n, "duplicates": m, "rejected": r}``) once the batch is durable; anything else keeps the events.
+answers 2xx (``{"accepted": n, "duplicates": m, "rejected": r}``) once the batch is durable; anything else
+keeps the events.
 """
 
 from __future__ import annotations
