@@ -228,6 +228,25 @@ def test_cli_errors(tmp_path: Path, sandbox: object) -> None:
     assert "SPOOL_REPORTER_GA4_API_SECRET" in done.stderr
     done = _cli(env, "serve", "--db", str(tmp_path / "x.sqlite3"), "--port", "70000")
     assert done.returncode == 2
+    # A database that cannot be opened: one line, exit 1, no traceback, no password (issue 13).
+    nothing = tmp_path / "no-server"
+    nothing.mkdir()
+    url = f"postgresql://spool:hunter2@/spool?host={nothing}"
+    for args in (
+        ["stats", "--db", url],
+        ["serve", "--port", "0", "--db", url],
+        ["migrate", "--db", url],
+        ["migrate", "--db", str(tmp_path)],  # a directory
+        ["serve", "--port", "0", "--db", str(tmp_path / "missing-folder" / "c.sqlite3")],
+    ):
+        done = _cli(env, *args)
+        assert done.returncode == 1, (args, done.stderr)
+        assert len(done.stderr.splitlines()) == 1, (args, done.stderr)
+        assert done.stderr.startswith(f"collector {args[0]}: "), done.stderr
+        assert "hunter2" not in done.stderr
+        assert done.stdout == ""
+    done = _cli({**env, "SPOOL_REPORTER_COLLECTOR_DB": str(missing)}, "stats")  # the variable stands for --db
+    assert (done.returncode, "no collector database" in done.stderr) == (1, True)
 
 
 def test_register_contract(tmp_path: Path) -> None:

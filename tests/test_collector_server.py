@@ -157,3 +157,21 @@ def test_cli_help_names_the_command_that_works(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.stdout.startswith("usage: python -m spool_reporter.collector stats ")
+
+
+def test_one_of_each_is_singular(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from test_collector import rows_of
+
+    from spool_reporter.collector import open_store, render_html, stats
+    from spool_reporter.collector._cli import main
+
+    db = tmp_path / "one.sqlite3"
+    store = open_store(db)
+    store.insert(rows_of(batch([event(client="solo")])))
+    store.close()
+    assert main(["stats", "--db", str(db)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"Django: 1 developer, 1 event, 1 week with events ({db})"
+    page = render_html(stats(db))
+    assert "</strong>developer in all" in page
+    assert "</strong>week with events" in page

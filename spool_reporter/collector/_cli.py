@@ -263,7 +263,9 @@ def _existing_version(db: str) -> int | None:
 
 def _n(count: int, word: str) -> str:
     """``1 developer``, ``2 developers``."""
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+    from ._stats import plural
+
+    return f"{count} {plural(count, word)}"
 
 
 def _text(stats: Stats, db: str) -> str:

@@ -13,6 +13,8 @@ import html
 
 from spool_reporter._version import __version__
 
+from ._stats import plural
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
@@ -175,9 +177,9 @@ def render_html(stats: Stats, *, generated: datetime.datetime | None = None) -> 
         '<p class="lead">Distinct anonymous client ids per ISO week, from the spool_reporter collector. '
         "No IP address or request header was ever stored.</p>"
         '<div class="summary">'
-        f"<div><strong>{stats.developers}</strong>developers in all</div>"
-        f"<div><strong>{stats.events}</strong>events</div>"
-        f"<div><strong>{len(stats.weeks)}</strong>weeks with events</div>"
+        f"<div><strong>{stats.developers}</strong>{plural(stats.developers, 'developer')} in all</div>"
+        f"<div><strong>{stats.events}</strong>{plural(stats.events, 'event')}</div>"
+        f"<div><strong>{len(stats.weeks)}</strong>{plural(len(stats.weeks), 'week')} with events</div>"
         "</div>"
         f"<figure>{chart_svg(stats.weeks)}</figure>"
         "<h2>Week by week</h2>"

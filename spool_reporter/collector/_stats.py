@@ -76,6 +76,11 @@ class Stats:
         }
 
 
+def plural(count: int, word: str) -> str:
+    """``word`` for one, ``word + "s"`` for any other count (the collector's words all take an ``s``)."""
+    return word if count == 1 else f"{word}s"
+
+
 def _sorted_counts(pairs: list[tuple[str, int]]) -> dict[str, int]:
     # Most developers first, then by name: the order a reader scans in.
     return dict(sorted(pairs, key=lambda kv: (-kv[1], kv[0])))
