@@ -263,7 +263,11 @@ def test_sqlite_files_are_private_whatever_the_umask() -> None:
         os.chmod(folder, 0o777)  # anyone may create files here: only the modes protect them
         db = folder / "c.sqlite3"
         paths = [p for p in sys.path if p]
-        cmd = [sys.executable, "-c", _PRIVATE, str(db), *paths]
+        # The base interpreter, not a virtual environment's copy: a copied binary of a shared-library build
+        # finds its libpython through its own location (pyenv's 3.10 and 3.12 builds do), the venv's does not.
+        base = Path(sys.base_prefix, "bin", f"python{sys.version_info[0]}.{sys.version_info[1]}")
+        python = str(base) if base.exists() else sys.executable
+        cmd = [python, "-c", _PRIVATE, str(db), *paths]
         if os.geteuid() == 0:  # root ignores file modes: run as an unprivileged user, as an operator would
             cmd = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--", *cmd]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)

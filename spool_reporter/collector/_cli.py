@@ -95,8 +95,8 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         action="append",
         default=[],
         metavar="APP=CMD,CMD",
-        help="also accept this application with these event names (repeat for more; Django's three commands "
-        "are accepted by default)",
+        help="also accept this application with these event names, or * for any (repeat for more; Django's "
+        "three commands are accepted by default, and replaced by a --commands Django=...)",
     )
     serve.add_argument(
         "--forward-ga4",

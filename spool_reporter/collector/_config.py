@@ -5,7 +5,7 @@
 - ``SPOOL_REPORTER_COLLECTOR_CLIENT_CAP`` / ``--max-per-client-week``: events kept per client id per week
   (default 1000, ``0`` for no cap);
 - ``SPOOL_REPORTER_COLLECTOR_COMMANDS`` / ``--commands APP=CMD,CMD`` (repeated): more applications and their
-  event names (Django's three commands are always accepted unless replaced).
+  event names, ``*`` for any valid name (Django's three commands are accepted unless replaced).
 
 In the environment, several ``--commands`` values are separated by ``;``.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from spool_reporter._event import MAX_AGE_SECONDS, MAX_FUTURE_SECONDS, check
 
 from ._store import CollectorError, Limits
-from ._wire import DEFAULT_COMMANDS, Policy
+from ._wire import ANY_COMMAND, DEFAULT_COMMANDS, Policy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def parse_commands(values: Iterable[str]) -> dict[str, frozenset[str]]:
         if not eq or not commands or check(probe) == "app":
             msg = f"--commands takes APP=COMMAND[,COMMAND...], got {value!r}"
             raise CollectorError(msg)
-        for name in commands:
+        for name in commands - {ANY_COMMAND}:
             if check({**probe, "event": name}) is not None:
                 msg = f"--commands: {name!r} is not a valid event name ([A-Za-z][A-Za-z0-9_]*, at most 40)"
                 raise CollectorError(msg)

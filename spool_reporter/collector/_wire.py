@@ -77,6 +77,9 @@ class BadRequest(ValueError):
     """The request is not a valid batch; ``str(exc)`` is the short reason sent back with the 400."""
 
 
+ANY_COMMAND: Final = "*"
+"""In an application's command set: any valid event name (for a tool whose commands are open-ended)."""
+
 DEFAULT_COMMANDS: Final = {"Django": DJANGO_COMMANDS}
 """Applications accepted by default, each with its command set: DEP 8's Django and its three commands."""
 
@@ -85,7 +88,8 @@ DEFAULT_COMMANDS: Final = {"Django": DJANGO_COMMANDS}
 class Policy:
     """What the collector accepts, beyond the shape every event must have (keyword-only, immutable).
 
-    :param commands: application name -> the event names accepted for it; events of another application
+    :param commands: application name -> the event names accepted for it (:data:`ANY_COMMAND` for any valid
+        name); events of another application
         are refused as ``app`` (an operator who collects for their own tool adds it here, or with
         ``serve --commands``).
     :param max_age: the oldest event accepted, in seconds before now (default 30 days).
@@ -136,7 +140,7 @@ def _judge(obj: object, policy: Policy, now: float, rows: list[Row], refused: di
         reason = check(obj, now=now, max_age=policy.max_age)
         reason = reason or "app"  # valid, but not an application this collector counts
     else:
-        reason = check(obj, now=now, max_age=policy.max_age, commands=commands)
+        reason = check(obj, now=now, max_age=policy.max_age, commands=None if ANY_COMMAND in commands else commands)
     if reason is not None:
         refused[reason] = refused.get(reason, 0) + 1
         return

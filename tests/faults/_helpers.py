@@ -189,7 +189,8 @@ class Collector:
     def __init__(self, db: Path, env: dict[str, str]) -> None:
         self.db = db
         self.proc = subprocess.Popen(
-            # No per-client weekly cap: a fault trial sends thousands of events from one client id.
+            # No per-client weekly cap (a trial sends thousands of events from one client id), and any event
+            # name for Django (the trials name their events to find each one again).
             [
                 sys.executable,
                 "-m",
@@ -201,6 +202,8 @@ class Collector:
                 str(db),
                 "--max-per-client-week",
                 "0",
+                "--commands",
+                "Django=*",
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -218,7 +221,7 @@ class Collector:
             self.proc.send_signal(signal.SIGTERM)
         out, err = self.proc.communicate(timeout=30)
         m = re.search(
-            r"stopped after (\d+) requests: (\d+) events stored, (\d+) duplicates, (\d+) requests refused", out
+            r"stopped after (\d+) requests?: (\d+) events? stored, (\d+) duplicates?, (\d+) requests? refused", out
         )
         assert m, (out, err)
         self.counts = dict(zip(("requests", "stored", "duplicates", "refused"), map(int, m.groups()), strict=True))
