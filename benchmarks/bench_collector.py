@@ -16,6 +16,9 @@ best round of its best server must meet the budget, and that server's median rou
 a noisy 2-core machine running clients, servers and PostgreSQL on the same two cores can lose a round to a
 neighbour, but not every round. Peak RSS budget: 64 MiB per process.
 
+**In process.** The WSGI application called directly from one thread on each back end (no HTTP, no
+client processes): the ceiling the servers work under. Printed and published, not asserted.
+
 **Statistics.** ``collector stats`` (the query the public page will use) over 10,000, 40,000 and 160,000
 stored events, on each back end: the baseline that roll-ups (the public-numbers issue) will beat. Printed
 and published, not asserted.
@@ -247,6 +250,30 @@ def _round(env: dict[str, str], c: Collector, *, clients: int, batches: int, tag
     c.rounds.append({"events": events, "seconds": span, "rate": events / span})
 
 
+def _in_process(backend: str, db: str, batches: int) -> dict[str, object]:
+    """The WSGI application called directly, one thread, no HTTP: the ceiling the servers work under."""
+    import io
+
+    from spool_reporter.collector import make_app
+
+    now = time.time()
+    bodies = [json.dumps({"schema": 1, "events": _events(f"w{backend}", b, now)}).encode() for b in range(batches)]
+    app = make_app(db)
+    try:
+        t0 = time.perf_counter()
+        for body in bodies:
+            environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/v1/batch", "CONTENT_TYPE": "application/json",
+                       "CONTENT_LENGTH": str(len(body)), "wsgi.input": io.BytesIO(body)}  # fmt: skip
+            status: list[str] = []
+            b"".join(app(environ, lambda s, h: status.append(s)))
+            if not status[0].startswith("200"):
+                raise SystemExit(f"bench_collector: in-process {backend}: {status[0]}")
+        seconds = time.perf_counter() - t0
+    finally:
+        app.store.close()
+    return {"collector": f"{backend} WSGI in-process", "rate": round(batches * BATCH / seconds)}
+
+
 def _history(backend: str, db: str) -> list[dict[str, object]]:
     """Time ``stats()`` (median of 3) as the stored history grows through :data:`HISTORY`."""
     from spool_reporter.collector import open_store, stats
@@ -342,6 +369,10 @@ def main() -> int:
             total = sum(int(r["events"]) for r in c.rounds)
             if stored != total:
                 raise SystemExit(f"bench_collector: {c.name}: {stored} events stored of {total}")
+        in_process = [
+            _in_process("sqlite", str(Path(tmp) / "in-process.sqlite3"), args.batches * 2),
+            _in_process("postgresql", server.url("inprocess"), args.batches * 2),
+        ]
         if not args.no_stats:
             history = _history("sqlite", str(Path(tmp) / "history.sqlite3")) + _history(
                 "postgresql", server.url("history")
@@ -363,6 +394,8 @@ def main() -> int:
             f"  {c.name:<22} best {max(rates):>7,.0f}/s  median {statistics.median(rates):>7,.0f}/s  "
             f"rounds {', '.join(f'{x:,.0f}' for x in rates)}  peak RSS {'n/a' if mib is None else f'{mib:.1f} MiB'}"
         )
+    for row in in_process:
+        print(f"  {row['collector']:<22} {row['rate']:>7,}/s (one thread, no HTTP; not asserted)")
     for h in history:
         print(
             f"  stats() over {h['events']:>7,} events ({h['weeks']} weeks), {h['backend']:<10}: {h['stats_ms']} ms "
@@ -396,7 +429,8 @@ def main() -> int:
              "budget": "baseline for the roll-ups (not asserted)", "ok": True, "asserted": False}
         )  # fmt: skip
     command = "python benchmarks/bench_collector.py " + " ".join(sys.argv[1:])
-    ok = publish("collector", command.strip(), {"ingest": rows, "stats_over_history": history}, budgets)
+    figures = {"ingest": rows, "in_process": in_process, "stats_over_history": history}
+    ok = publish("collector", command.strip(), figures, budgets)
     return 0 if ok else 1
 
 
