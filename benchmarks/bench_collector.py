@@ -265,7 +265,7 @@ def _in_process(backend: str, db: str, batches: int) -> dict[str, object]:
             environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/v1/batch", "CONTENT_TYPE": "application/json",
                        "CONTENT_LENGTH": str(len(body)), "wsgi.input": io.BytesIO(body)}  # fmt: skip
             status: list[str] = []
-            b"".join(app(environ, lambda s, h: status.append(s)))
+            b"".join(app(environ, lambda s, h, seen=status: seen.append(s)))
             if not status[0].startswith("200"):
                 raise SystemExit(f"bench_collector: in-process {backend}: {status[0]}")
         seconds = time.perf_counter() - t0
