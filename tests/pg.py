@@ -23,8 +23,6 @@ import threading
 from pathlib import Path
 from urllib.parse import quote
 
-import pytest
-
 START_TIMEOUT_S = 60
 """initdb and the first start take a few seconds on a loaded 2-core machine."""
 
@@ -144,10 +142,16 @@ def _stop() -> None:
         _server = None
 
 
-@pytest.fixture(scope="session")
-def pg_server() -> Server:
-    """The process's server; the test skips, with the reason, where PostgreSQL cannot be had."""
-    try:
-        return server()
-    except Unavailable as exc:
-        pytest.skip(f"PostgreSQL cannot be had here: {exc}")
+try:
+    import pytest
+except ImportError:  # benchmarks/bench_collector.py uses this module where pytest is not installed
+    pass
+else:
+
+    @pytest.fixture(scope="session")
+    def pg_server() -> Server:
+        """The process's server; the test skips, with the reason, where PostgreSQL cannot be had."""
+        try:
+            return server()
+        except Unavailable as exc:
+            pytest.skip(f"PostgreSQL cannot be had here: {exc}")
