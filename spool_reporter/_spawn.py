@@ -6,8 +6,9 @@
 # and never logs. Do not log here.
 #
 # maybe_spawn() decides with a few stat calls:
-# 1. a destination is named (<P>_ANALYTICS_ENDPOINT, or endpoint= in the user file or the policy; the flusher
-#    validates it), this is not a flusher (no recursion), and not a frozen executable (`-m` cannot relaunch it);
+# 1. a destination is named (<P>_ANALYTICS_ENDPOINT, endpoint= in the user file or the policy, or the App's
+#    default; the flusher validates it) and is not plainly refused (plain http:// to a remote host by name), this
+#    is not a flusher (no recursion), and not a frozen executable (`-m` cannot relaunch it);
 # 2. the back-off has expired: GATE_NAME's mtime is the "not before" time the last failed flusher wrote;
 # 3. SPAWN_INTERVAL has passed since the last spawn (STAMP_NAME's mtime, touched *before* spawning so that
 #    concurrent commands do not all spawn) -- unless the active spool passed SPAWN_THRESHOLD_BYTES or the
@@ -38,10 +39,12 @@ from ._hot import (
     SPAWN_INTERVAL_ENV,
     SPAWN_THRESHOLD_BYTES,
     STAMP_NAME,
+    _named_endpoint,
     claim_flusher_lock,
     due,
     gate_open,
     has_destination,
+    refused_endpoint,
 )
 
 TYPE_CHECKING = False
@@ -72,6 +75,7 @@ __all__ = [
     "has_destination",
     "maybe_spawn",
     "nice_command",
+    "refused_endpoint",
     "spawn_spec",
     "start",
 ]
@@ -150,13 +154,22 @@ def spawn_spec(
     safe_path: bool = False,
     nice: list[str] | None = None,
     lock_fd: int | None = None,
+    default_endpoint: str | None = None,
 ) -> SpawnSpec:
     # How to start the flusher, as Popen arguments. On POSIX the already-locked flusher.lock descriptor is
     # passed on (the only descriptor the child inherits); Windows locks are not inherited that way.
+    # default_endpoint: the App's own default destination, in effect because nothing else names one. The
+    # flusher rebuilds the App from its names alone, so the default travels as <P>_ANALYTICS_ENDPOINT (with the
+    # App's transport unless the environment names one): the destination the flusher resolves is the one
+    # this process would.
     args = flusher_args(app, executable, safe_path=safe_path, nice=nice)
     env = dict(environ)
     env[FLUSHER_ENV] = "1"
     env.pop(FLUSHER_LOCK_FD_ENV, None)
+    if default_endpoint is not None:
+        env[app.env_endpoint] = default_endpoint
+        if not env.get(app.env_transport, "").strip():
+            env[app.env_transport] = app.transport
     if windows:
         flags = CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW | BELOW_NORMAL_PRIORITY_CLASS
         return SpawnSpec(args=args, env=env, cwd=cwd, start_new_session=False, creationflags=flags)
@@ -193,21 +206,34 @@ def maybe_spawn(
         return False
     if not has_destination(app, env, user, policy):
         return False
+    named = _named_endpoint(app, env, user, policy)
+    if refused_endpoint(named or app.endpoint):
+        return False
     now = time.time()
     if not gate_open(folder, active_size, long_lived=long_lived, env=env, now=now):
         return False
     lock = claim_flusher_lock(folder)
     if lock is None:  # a flusher is running
         return False
+    default = None if named else app.endpoint
     try:
-        return start(app, folder, env, now, lock_fd=lock)
+        return start(app, folder, env, now, lock_fd=lock, default_endpoint=default)
     finally:
         os.close(lock)
 
 
-def start(app: App, folder: Folder, env: Mapping[str, str], now: float, *, lock_fd: int | None = None) -> bool:
+def start(
+    app: App,
+    folder: Folder,
+    env: Mapping[str, str],
+    now: float,
+    *,
+    lock_fd: int | None = None,
+    default_endpoint: str | None = None,
+) -> bool:
     """Start a flusher now (the gate said yes): stamp the time, then spawn. The hook calls this directly,
-    holding ``flusher.lock`` as ``lock_fd``, which the child inherits (the caller closes its copy)."""
+    holding ``flusher.lock`` as ``lock_fd``, which the child inherits (the caller closes its copy);
+    ``default_endpoint`` is the App's default destination when nothing else names one."""
     _touch(folder, STAMP_NAME, now)
     windows = sys.platform == "win32"
     spec = spawn_spec(
@@ -219,6 +245,7 @@ def start(app: App, folder: Folder, env: Mapping[str, str], now: float, *, lock_
         safe_path=sys.version_info >= (3, 11),
         nice=None if windows else nice_command(),
         lock_fd=None if windows else lock_fd,
+        default_endpoint=default_endpoint,
     )
     return _start(spec)
 

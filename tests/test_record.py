@@ -200,7 +200,7 @@ def test_notice_once_when_first_commands_start_together(sandbox: Sandbox, app: A
 
 
 def test_generic_app_has_its_own_switches_and_files(sandbox: Sandbox) -> None:
-    tool = App(name="MyTool", version="1.4.2")
+    tool = App(name="MyTool", version="1.4.2", endpoint="http://mytool.invalid/v1/batch")  # refused: no flusher
     assert record("build", app=tool, environ=sandbox.env)
     assert (sandbox.config_dir / "mytoolanalytics").exists()
     event = json.loads(sandbox.spool_lines(tool)[0])
@@ -216,3 +216,56 @@ def test_app_validation_and_immutability() -> None:
     with pytest.raises(AttributeError):
         tool.name = "x"  # type: ignore[misc]
     assert tool == App(name="MyTool", version="2.10")
+
+
+# --- no destination, nothing recorded (issue 16) --------------------------------------------------------
+
+
+def no_destination(sandbox: Sandbox) -> dict[str, str]:
+    return {k: v for k, v in sandbox.env.items() if k != "DJANGO_ANALYTICS_ENDPOINT"}
+
+
+NOTICE_RUN = """
+from spool_reporter import record
+from spool_reporter._app import django_app
+print(record("startproject", app=django_app("5.2"), notice=True))
+"""
+
+
+def test_without_a_destination_nothing_is_recorded_and_no_notice_printed(sandbox: Sandbox, app: App) -> None:
+    sandbox.write_user(app, "disable=0\n")  # even an explicit yes: there is nowhere to send to
+    result = py(NOTICE_RUN, no_destination(sandbox))
+    assert (result.returncode, result.stdout, result.stderr) == (0, "False\n", "")
+    assert not (sandbox.home / "state").exists()
+    assert sandbox.user_file(app).read_text() == "disable=0\n"  # no client id created either
+    # Configured afterwards: the first recorded event prints the notice then, once.
+    sandbox.write_user(app, "disable=0\nendpoint=http://configured.invalid/v1/batch\n")
+    first = py(NOTICE_RUN, no_destination(sandbox))
+    assert (first.stdout, first.stderr) == ("True\n", notice_text(app))
+    assert len(sandbox.spool_lines(app)) == 1
+
+
+def test_debug_still_prints_without_a_destination_and_writes_nothing(sandbox: Sandbox, app: App) -> None:
+    env = {**no_destination(sandbox), "DJANGO_ANALYTICS_DEBUG": "1"}
+    result = py(NOTICE_RUN, env)
+    assert result.stdout == "True\n"
+    prefix, _, payload = result.stderr.partition(" ")
+    assert prefix == "[DJANGO_ANALYTICS_DEBUG]"
+    event = json.loads(payload)
+    assert event["event"] == "startproject"
+    assert not sandbox.config_dir.exists()  # the printed client id is not kept, and no notice
+    assert not (sandbox.home / "state").exists()
+    sandbox.write_user(app, "client_id=43325579-4ce9-4a2d-a152-0e993a4bb245\n")
+    again = py(NOTICE_RUN, env)
+    assert json.loads(again.stderr.partition(" ")[2])["client_id"] == "43325579-4ce9-4a2d-a152-0e993a4bb245"
+
+
+def test_an_apps_default_destination_is_a_destination(sandbox: Sandbox) -> None:
+    env = no_destination(sandbox)
+    plain = App(name="MyTool", version="1.0")
+    assert not record("build", app=plain, environ=env)
+    assert not (sandbox.home / "state").exists()
+    shipped = App(name="MyTool", version="1.0", endpoint="http://mytool.invalid/v1/batch")
+    assert record("build", app=shipped, environ=env)
+    assert len(sandbox.spool_lines(shipped)) == 1
+    assert not record("build", app=shipped, environ={**env, "MYTOOL_NO_ANALYTICS": "1"})  # the user still decides

@@ -86,15 +86,72 @@ def age_stamp(sandbox: Sandbox, app: App, seconds: float) -> None:
     os.utime(stamp, (then, then))
 
 
+def unnamed(sandbox: Sandbox) -> dict[str, str]:
+    """The sandbox's environment without its (refused) destination."""
+    return {k: v for k, v in sandbox.env.items() if k != "DJANGO_ANALYTICS_ENDPOINT"}
+
+
 def test_no_destination_no_spawn(sandbox: Sandbox, app: App, started: list[object]) -> None:
-    assert not spawn(sandbox, app, sandbox.env)
-    assert not spawn(sandbox, app, sandbox.env, user={"endpoint": ""})
-    assert spawn(sandbox, app, sandbox.env, user={"endpoint": "https://x.example/"})
+    env = unnamed(sandbox)
+    assert not spawn(sandbox, app, env)
+    assert not spawn(sandbox, app, env, user={"endpoint": ""})
+    assert spawn(sandbox, app, env, user={"endpoint": "https://x.example/"})
     assert len(started) == 1
 
 
 def test_policy_endpoint_counts(sandbox: Sandbox, app: App, started: list[object]) -> None:
-    assert spawn(sandbox, app, sandbox.env, policy={"endpoint": "https://x.example/"})
+    assert spawn(sandbox, app, unnamed(sandbox), policy={"endpoint": "https://x.example/"})
+
+
+REFUSED = [
+    "http://collector.example/v1/batch",
+    "http://Collector.Example:8000/v1/batch",
+    "http://user@collector.example/v1",
+    "http://sandbox.invalid/v1/batch",
+]
+LEFT_TO_THE_FLUSHER = [
+    "https://collector.example/v1/batch",
+    "http://127.0.0.1:8000/v1/batch",
+    "http://localhost:8000/v1/batch",
+    "http://dev.localhost/v1/batch",
+    "http://[::1]:8000/v1/batch",
+    "http://10.0.0.1/v1/batch",  # refused by the flusher, but an address is not for the hook to judge
+    "ftp://collector.example/",
+]
+
+
+@pytest.mark.parametrize("url", REFUSED + LEFT_TO_THE_FLUSHER)
+def test_the_hooks_refusal_agrees_with_the_settings(url: str) -> None:
+    from spool_reporter._settings import _check_url
+
+    if _spawn.refused_endpoint(url):
+        assert url in REFUSED
+        assert _check_url(url) is not None  # never refuses a URL the flusher would accept
+    else:
+        assert url in LEFT_TO_THE_FLUSHER
+
+
+def test_a_refused_endpoint_records_but_starts_no_flusher(sandbox: Sandbox, app: App, started: list[object]) -> None:
+    env = {**unnamed(sandbox), "DJANGO_ANALYTICS_ENDPOINT": REFUSED[0]}
+    assert _hook.record_event("runserver", app=app, environ=env, long_lived=True)
+    assert not spawn(sandbox, app, env, long_lived=True)
+    assert started == []
+    assert len(sandbox.spool_lines(app)) == 1
+
+
+def test_an_apps_default_destination_reaches_the_flusher(sandbox: Sandbox, started: list[_spawn.SpawnSpec]) -> None:
+    tool = App(name="MyTool", version="1.0", endpoint="https://tool.example/v1/batch")
+    env = unnamed(sandbox)
+    assert _hook.record_event("build", app=tool, environ=env)
+    (spec,) = started
+    # The flusher rebuilds the App from its names: the default travels in its environment, with its transport.
+    assert spec.env["MYTOOL_ANALYTICS_ENDPOINT"] == "https://tool.example/v1/batch"
+    assert spec.env["MYTOOL_ANALYTICS_TRANSPORT"] == "json"
+    # Named anywhere else, the App's default is not in effect, and the flusher resolves it itself.
+    age_stamp(sandbox, tool, _spawn.SPAWN_INTERVAL + 1)
+    sandbox.write_user(tool, "endpoint=https://mine.example/v1/batch\n")
+    assert _hook.record_event("build", app=tool, environ=env)
+    assert "MYTOOL_ANALYTICS_ENDPOINT" not in started[1].env
 
 
 def test_interval_threshold_and_long_lived(sandbox: Sandbox, app: App, started: list[object]) -> None:
@@ -155,7 +212,7 @@ def test_no_recursion_and_no_frozen_relaunch(
 
 def test_record_passes_the_config_to_the_gate(sandbox: Sandbox, app: App, started: list[_spawn.SpawnSpec]) -> None:
     sandbox.write_user(app, "endpoint=https://x.example/v1/batch\n")
-    assert _hook.record_event("startproject", app=app, environ=sandbox.env)
+    assert _hook.record_event("startproject", app=app, environ=unnamed(sandbox))
     assert len(started) == 1
     assert started[0].env[_hook.FLUSHER_ENV] == "1"
     assert started[0].cwd == str(sandbox.state_dir(app))
@@ -372,51 +429,6 @@ def test_spawned_flusher_starts_niced(sandbox: Sandbox, app: App, tmp_path: Path
     assert group in ("19", "-")
 
 
-@POSIX
-def test_real_django_admin_startproject_piped_to_cat(sandbox: Sandbox, app: App, tmp_path: Path) -> None:
-    """`django-admin startproject x | cat` with a destination that never answers ends with the command.
-
-    The script is Django's own console script, armed the way ``spool_reporter.pth`` arms it."""
-    pytest.importorskip("django")
-    from conftest import REPO
-
-    script = tmp_path / "bin" / "django-admin"
-    script.parent.mkdir()
-    script.write_text(
-        f"#!{sys.executable}\n"
-        "import sys\n"
-        f"sys.path.insert(0, {str(REPO)!r})\n"
-        "import spool_reporter._arm  # what spool_reporter.pth does at interpreter start\n"
-        "from django.core.management import execute_from_command_line\n"
-        "sys.exit(execute_from_command_line())\n"
-    )
-    script.chmod(0o755)
-    work = tmp_path / "work"
-    work.mkdir()
-    with serving("silent") as server:
-        env = with_destination(
-            sandbox.env, server.url(), SPOOL_REPORTER_FLUSH_DEADLINE="15", SPOOL_REPORTER_READ_TIMEOUT="15"
-        )
-        start = time.monotonic()
-        out = subprocess.run(
-            ["sh", "-c", f"{script} startproject mysite | cat"],
-            check=False,
-            env=env,
-            cwd=work,
-            capture_output=True,
-            timeout=60,
-        )
-        took = time.monotonic() - start
-        assert out.returncode == 0, out.stderr
-        assert (work / "mysite" / "manage.py").exists()
-        assert len(sandbox.spool_lines(app)) == 1 or server.received  # recorded (and maybe already claimed)
-        wait_for(lambda: len(server.received) == 1, what="the flusher's request")
-        assert not flusher_idle(sandbox, app)  # the flusher still waits for an answer...
-        assert took < 3.0  # ...the pipeline did not (django-admin startproject alone takes ~0.15-1 s)
-    wait_for(lambda: flusher_idle(sandbox, app), what="the flusher to exit")
-    assert len(sandbox.spool_lines(app)) == 1
-
-
 @pytest.mark.skipif(sys.platform == "win32", reason="flock descriptors are handed over on POSIX")
 def test_the_child_holds_the_flusher_lock_from_birth(sandbox: Sandbox, app: App) -> None:
     # No start-up window: the moment maybe_spawn returns, before the child has run a line of Python, the lock
@@ -433,3 +445,16 @@ def test_the_child_holds_the_flusher_lock_from_birth(sandbox: Sandbox, app: App)
         wait_for(lambda: server.received, timeout=20, what="the flusher's request")  # it sends under that lock
     with _spool.Folder(str(sandbox.state_dir(app)), create=False) as folder:
         wait_for(lambda: not _hot._flusher_running(folder), timeout=30, what="the flusher to finish")
+
+
+@POSIX
+def test_a_detached_flusher_delivers_to_the_apps_default(sandbox: Sandbox) -> None:
+    """A tool that ships its destination: no config anywhere, the detached flusher sends to the App's default."""
+    with serving() as server:
+        tool = App(name="MyTool", version="1.0", endpoint=server.url())
+        env = with_destination(unnamed(sandbox), server.url())
+        del env["DJANGO_ANALYTICS_ENDPOINT"]
+        assert _hook.record_event("build", app=tool, environ=env, long_lived=True)
+        wait_for(lambda: len(server.event_ids()) == 1, what="the detached flusher's delivery")
+        wait_for(lambda: flusher_idle(sandbox, tool), what="the flusher to exit")
+    assert sandbox.spool_lines(tool) == []

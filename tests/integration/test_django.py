@@ -255,6 +255,29 @@ def test_other_commands_record_nothing(quiet_user: tuple[User, Path], command: t
     assert NOTICE not in proc.stderr
 
 
+def test_without_a_destination_nothing_is_recorded_and_no_notice_printed(user: User) -> None:
+    """The reference integration ships no destination (Django core would ship the DSF's): until one is
+    configured, a reported command records nothing, prints nothing and creates no file."""
+    env = {k: v for k, v in user.env.items() if k != "DJANGO_ANALYTICS_ENDPOINT"}
+    off = user.ok("django-admin", "startproject", "p0", env=env, off=True)
+    on = user.ok("django-admin", "startproject", "p1", env=env)
+    assert (on.stdout, on.stderr) == (off.stdout, off.stderr) == (b"", b"")
+    assert not user.sandbox.config_dir.exists()
+    assert not (user.sandbox.home / "state").exists()
+    # DJANGO_ANALYTICS_DEBUG still shows what would be recorded, and still writes nothing.
+    debug = user.ok("django-admin", "startproject", "p2", env={**env, "DJANGO_ANALYTICS_DEBUG": "1"})
+    prefix, _, line = debug.stderr.decode().partition(" ")
+    assert prefix == "[DJANGO_ANALYTICS_DEBUG]"
+    assert json.loads(line)["event"] == "startproject"
+    assert not user.sandbox.config_dir.exists()
+    assert not (user.sandbox.home / "state").exists()
+    # Configured: the next reported command records, and prints the notice then.
+    user.sandbox.write_user(APP, "endpoint=http://configured.invalid/v1/batch\n")
+    first = user.ok("django-admin", "startproject", "p3", env=env)
+    assert first.stderr == NOTICE
+    assert user.names() == ["startproject"]
+
+
 def test_reporting_off_records_nothing_and_prints_nothing(user: User) -> None:
     for i, switch in enumerate(({"DJANGO_NO_ANALYTICS": "1"}, {"DO_NOT_TRACK": "1"}, {"CI": "true"})):
         proc = user.ok("django-admin", "startproject", f"p{i}", env={**user.env, **switch})
@@ -474,6 +497,45 @@ def test_runserver_noreload_records_once(user: User) -> None:
         code = server.stop()
     assert code in (0, -signal.SIGINT), bytes(server.stderr)
     assert user.names() == ["runserver"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX pipelines")
+def test_django_admin_startproject_piped_to_cat_ends_with_the_command(user: User) -> None:
+    """`django-admin startproject x | cat`, armed by the installed .pth, with a destination that never answers:
+    the pipeline ends with the command; the flusher (stdio on the null device, its own session) waits alone."""
+    from servers import serving, wait_for, with_destination
+
+    with serving("silent") as server:
+        env = with_destination(
+            user.env, server.url(), SPOOL_REPORTER_FLUSH_DEADLINE="15", SPOOL_REPORTER_READ_TIMEOUT="15"
+        )
+        start = time.monotonic()
+        out = user.run("sh", "-c", f"{user.venv.django_admin} startproject mysite | cat", env=env)
+        took = time.monotonic() - start
+        assert out.returncode == 0, out.stderr
+        assert (user.work / "mysite" / "manage.py").exists()
+        wait_for(lambda: len(server.received) == 1, timeout=30, what="the flusher's request")
+        assert _flusher_holds_its_lock(user)  # the flusher still waits for an answer...
+        assert took < 3.0  # ...the pipeline did not (django-admin startproject alone takes ~0.15-1 s)
+    wait_for(lambda: not _flusher_holds_its_lock(user), timeout=30, what="the flusher to exit")
+    assert user.names() == ["startproject"]  # kept: the request got no answer
+
+
+def _flusher_holds_its_lock(u: User) -> bool:
+    """A flusher holds flusher.lock (probed with a non-blocking flock of our own)."""
+    import fcntl
+
+    path = u.sandbox.state_dir(APP) / "flusher.lock"
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 # --- the installation: .pth arming, cost, imports -----------------------------------------------------------------
