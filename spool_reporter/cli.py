@@ -1,26 +1,33 @@
 """``django-spool``: see, control and flush what spool_reporter records.
 
-Results go to stdout, problems to stderr. Exit codes: 0 success, 1 failure, 2 usage error.
+Results go to stdout, problems to stderr. Exit codes: 0 success, 1 failure, 2 usage error, 141 when the
+reader of the output went away (``django-spool status | head -1``), as for a command ended by SIGPIPE.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Final, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO, cast
 
 from . import _consent, _event, _hook, _spool
 from ._app import App, django_app
 from ._version import __version__
 
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
+EXIT_PIPE: Final = 128 + 13
+"""128 + SIGPIPE: what a shell reports for a command ended by a closed pipe (``yes | head -1``)."""
 
 LOCK_TIMEOUT: Final = 10.0
 """Seconds ``disable``/``purge`` wait for the spool lock (a flusher holds it for a rename at a time)."""
@@ -37,7 +44,7 @@ a background process sends queued events later. Nothing is ever sent while repor
 """
 
 EPILOG: Final = """\
-exit status: 0 success, 1 failure, 2 usage error.
+exit status: 0 success, 1 failure, 2 usage error (141: the output pipe closed early).
 environment: DJANGO_NO_ANALYTICS=1 or DO_NOT_TRACK=1 turn reporting off;
 DJANGO_ANALYTICS_DEBUG=1 prints events instead of queueing them.
 docs: https://spool-reporter.readthedocs.io/
@@ -46,6 +53,15 @@ docs: https://spool-reporter.readthedocs.io/
 
 class CommandError(Exception):
     """A failure to report on stderr with exit status 1."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a closed pipe under ``--help`` is reported to :func:`main` like any other output
+    (argparse ignores ``OSError`` there, so ``--help | head -1`` would exit 0 or 141 depending on buffering)."""
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        if message:
+            (file or sys.stderr).write(message)
 
 
 # --- helpers -------------------------------------------------------------------------------------------
@@ -57,6 +73,11 @@ def _out(text: str = "", *, stream: TextIO | None = None) -> None:
 
 def _err(text: str) -> None:
     sys.stderr.write(f"django-spool: {text}\n")
+
+
+def _n(count: int, noun: str) -> str:
+    """``1 event``, ``2 events``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _iso(epoch: float | None) -> str | None:
@@ -71,19 +92,71 @@ def _age(seconds: float) -> str:
     return f"{seconds} s"
 
 
+def _denied(path: str) -> str:
+    """The folder that refuses access on the way to ``path``: the first one this user cannot enter, else
+    ``path`` itself (which it cannot read)."""
+    parts = os.path.abspath(path).split(os.sep)
+    for i in range(2, len(parts)):
+        ancestor = os.sep.join(parts[:i]) or os.sep
+        if os.path.isdir(ancestor) and not os.access(ancestor, os.X_OK):
+            return ancestor
+    return path
+
+
+def folder_problem(path: str, exc: OSError) -> str:
+    """The real reason the spool folder at ``path`` cannot be used, naming the path once."""
+    cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+    if isinstance(cause, PermissionError):
+        denied = _denied(path)
+        where = "" if denied == path else f" ({denied} cannot be entered)"
+        return f"cannot read the spool folder {path}: permission denied{where}"
+    if cause.errno == errno.ELOOP:
+        return f"the spool folder {path} is a symbolic link; refusing to follow it"
+    if cause.errno == errno.ENOTDIR:
+        return f"the spool folder {path} is not a folder (or a file stands in its path)"
+    if str(exc).startswith("not our folder"):
+        return f"the spool folder {path} belongs to another user; refusing to use it"
+    return f"cannot use the spool folder {path}: {cause.strerror or cause}"
+
+
+def _open_folder(path: str) -> _spool.Folder | None:
+    """The spool folder, ``None`` if there is none yet; :class:`CommandError` (the real cause) if unusable."""
+    try:
+        return _spool.Folder(path, create=False)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CommandError(folder_problem(path, exc)) from exc
+
+
+def _check_readable(app: App, env: Mapping[str, str]) -> None:
+    """Raise :class:`CommandError` if the spool folder or one of its event files cannot be read: an answer
+    built on the files that could be read would be a lie (``flush --dry-run`` saying "0 events")."""
+    path = _hook.state_dir(app, env)
+    folder = _open_folder(path)
+    if folder is None:
+        return
+    with folder:
+        names = [name for name, _, _ in folder.segments()] + [_spool.ACTIVE_NAME]
+        for name in names:
+            try:
+                os.close(folder.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)))
+            except PermissionError as exc:
+                raise CommandError(f"cannot read {os.path.join(path, name)}: permission denied") from exc
+            except OSError:
+                continue  # missing, or planted (a symlink, a FIFO): skipped by the reader, as by the flusher
+
+
 @contextlib.contextmanager
 def _locked(app: App, env: Mapping[str, str]) -> Iterator[_spool.Folder | None]:
     """The spool folder under the spool lock (``filelock``: the same flock as the hook), or ``None``."""
     import filelock
 
     path = _hook.state_dir(app, env)
-    try:
-        folder = _spool.Folder(path, create=False)
-    except FileNotFoundError:
+    folder = _open_folder(path)
+    if folder is None:
         yield None
         return
-    except OSError as exc:
-        raise CommandError(f"the spool folder {path} is not safe to use: {exc}") from exc
     with folder:
         lock = filelock.FileLock(os.path.join(path, _spool.LOCK_NAME), mode=0o600)
         try:
@@ -111,7 +184,8 @@ def _purge(app: App, env: Mapping[str, str]) -> int:
 
 
 def _spool_summary(app: App, env: Mapping[str, str]) -> dict[str, Any]:
-    """Queued count, oldest event time and drop counters, read without writing anything."""
+    """Queued count, oldest event time and drop counters, read without writing anything. When the folder
+    cannot be read, the counts are ``None`` (unknown) and ``problem`` says why."""
     path = _hook.state_dir(app, env)
     summary: dict[str, Any] = {"spool": path, "queued": 0, "oldest": None, "dropped": 0, "dropped_by_reason": {}}
     try:
@@ -119,7 +193,7 @@ def _spool_summary(app: App, env: Mapping[str, str]) -> dict[str, Any]:
     except FileNotFoundError:
         return summary
     except OSError as exc:
-        summary["problem"] = str(exc)
+        summary.update(queued=None, dropped=None, dropped_by_reason=None, problem=folder_problem(path, exc))
         return summary
     with folder:
         summary["queued"] = _spool.count_queued(folder)
@@ -151,15 +225,17 @@ def _flush_module() -> Any:
 def cmd_status(args: argparse.Namespace, app: App, env: Mapping[str, str]) -> int:
     from . import _settings
 
-    decision = _consent.current(app, env)
-    resolved = _settings.resolve(app, env)
+    user, policy = _consent.read_inputs(app, env)
+    decision = _consent.decide(app, env, user, policy)
+    resolved = _settings.resolve(app, env, user=user, policy=policy, read_files=False)
     dest = resolved.destination
     spool = _spool_summary(app, env)
     state = _flush_module().read_state(app, environ=env)
+    known = "problem" not in spool  # an unreadable folder hides the flusher's record too
     data: dict[str, Any] = {
         "enabled": decision.enabled,
         "reason": decision.reason,
-        "reason_text": _consent.explain(decision.reason),
+        "reason_text": _consent.explain(decision.reason, environ=env, user=user, policy=policy),
         "mode": decision.mode,
         "endpoint": None if dest is None else dest.redacted_url(),
         "transport": None if dest is None else dest.transport,
@@ -167,14 +243,16 @@ def cmd_status(args: argparse.Namespace, app: App, env: Mapping[str, str]) -> in
         "config_file": _consent.user_config_path(app, env),
         "policy_file": _consent.policy_path(app, env),
         **spool,
-        "last_flush": _iso(state.last_flush),
-        "last_result": state.last_result,
-        "next_retry": _iso(state.next_retry),
-        "consecutive_failures": state.consecutive_failures,
+        "last_flush": _iso(state.last_flush) if known else None,
+        "last_result": state.last_result if known else None,
+        "next_retry": _iso(state.next_retry) if known else None,
+        "consecutive_failures": state.consecutive_failures if known else None,
     }
     if args.json:
         _out(json.dumps(data, indent=2, sort_keys=True))
-        return EXIT_OK
+        if not known:
+            _err(spool["problem"])
+        return EXIT_OK if known else EXIT_FAILED
     now = time.time()
     _out(f"reporting:     {'on' if decision.enabled else 'off'} - {data['reason_text']} [{decision.reason}]")
     _out(f"mode:          {decision.mode}")
@@ -182,12 +260,17 @@ def cmd_status(args: argparse.Namespace, app: App, env: Mapping[str, str]) -> in
     _out(f"config file:   {data['config_file']}")
     _out(f"policy file:   {data['policy_file']}")
     _out(f"spool:         {spool['spool']}")
+    if not known:
+        for label in ("queued", "dropped", "last flush", "next retry"):
+            _out(f"{label + ':':<15}unknown (the spool folder cannot be read)")
+        _err(spool["problem"])
+        return EXIT_FAILED
     oldest = ""
     if spool["oldest"]:
         with contextlib.suppress(ValueError):
             oldest_epoch = time.mktime(time.strptime(spool["oldest"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
             oldest = f", oldest {_age(now - oldest_epoch)} old ({spool['oldest']})"
-    _out(f"queued:        {spool['queued']} event{'s' if spool['queued'] != 1 else ''}{oldest}")
+    _out(f"queued:        {_n(spool['queued'], 'event')}{oldest}")
     breakdown = ", ".join(f"{k} {v}" for k, v in sorted(spool["dropped_by_reason"].items()))
     _out(f"dropped:       {spool['dropped']}" + (f" ({breakdown})" if breakdown else ""))
     last = "never" if state.last_flush is None else f"{data['last_flush']} ({state.last_result})"
@@ -196,9 +279,6 @@ def cmd_status(args: argparse.Namespace, app: App, env: Mapping[str, str]) -> in
         _out(f"next retry:    not before {data['next_retry']} (in {_age(state.next_retry - now)})")
     else:
         _out("next retry:    any time")
-    if "problem" in spool:
-        _err(f"the spool folder is not usable: {spool['problem']}")
-        return EXIT_FAILED
     return EXIT_OK
 
 
@@ -209,12 +289,18 @@ def cmd_enable(args: argparse.Namespace, app: App, env: Mapping[str, str]) -> in
         path = update(app, {"disable": "0"}, env)
     except ConfigError as exc:
         raise CommandError(str(exc)) from exc
-    decision = _consent.current(app, env)
+    user, policy = _consent.read_inputs(app, env)
+    decision = _consent.decide(app, env, user, policy)
     _out(f"Wrote disable=0 to {path}.")
     if decision.enabled:
         _out("Reporting is on. See what would be sent with: django-spool flush --dry-run")
         return EXIT_OK
-    _out(f"Reporting stays off: {_consent.explain(decision.reason)} [{decision.reason}].")
+    why = _consent.explain(decision.reason, environ=env, user=user, policy=policy)
+    _out(f"Reporting stays off: {why} [{decision.reason}].")
+    if decision.reason == "destination:none":
+        from . import _settings
+
+        _out(f"Destination: {_settings.no_destination_text(app, env)}.")
     return EXIT_FAILED
 
 
@@ -230,13 +316,13 @@ def cmd_disable(args: argparse.Namespace, app: App, env: Mapping[str, str]) -> i
         _err(str(exc))
         status = EXIT_FAILED
     deleted = _purge(app, env)
-    _out(f"Deleted {deleted} queued event{'s' if deleted != 1 else ''}.")
+    _out(f"Deleted {_n(deleted, 'queued event')}.")
     return status
 
 
 def cmd_purge(args: argparse.Namespace, app: App, env: Mapping[str, str]) -> int:
     deleted = _purge(app, env)
-    _out(f"Deleted {deleted} queued event{'s' if deleted != 1 else ''}.")
+    _out(f"Deleted {_n(deleted, 'queued event')}.")
     return EXIT_OK
 
 
@@ -265,23 +351,44 @@ def _progress_printer(stream: TextIO) -> Callable[[int, int], None]:
 
 def cmd_flush(args: argparse.Namespace, app: App, env: Mapping[str, str]) -> int:
     flush = _flush_module()
+    _check_readable(app, env)
     if args.dry_run:
         return _dry_run(args, app, env)
-    if args.json:
-        raise CommandError("--json goes with --dry-run (flush itself prints a one-line summary)")
     progress = None
-    if sys.stderr.isatty() and _spool_summary(app, env)["queued"] >= PROGRESS_MIN_EVENTS:
+    if sys.stderr.isatty() and (_spool_summary(app, env)["queued"] or 0) >= PROGRESS_MIN_EVENTS:
         progress = _progress_printer(sys.stderr)
     result = flush.run(app, foreground=True, environ=env, ignore_backoff=True, progress=progress)
+    if result.outcome == "failed" and result.message.startswith("the spool folder is not usable"):
+        raise CommandError(result.message)  # nothing was read, so there are no counts to show
+    remaining = result.remaining
+    if result.outcome in ("disabled", "no-endpoint"):
+        remaining = _spool_summary(app, env)["queued"] or 0  # what is still there, counted here
     _out(
         f"{result.outcome}: sent {result.sent}, rejected {result.rejected}, failed {result.failed}, "
-        f"still queued {result.remaining}" + (f", deleted {result.purged}" if result.purged else "")
+        f"still queued {remaining}" + (f", deleted {result.purged}" if result.purged else "")
     )
-    if result.message:
-        (sys.stdout if result.outcome in ("delivered", "nothing", "disabled") else sys.stderr).write(
-            result.message + "\n"
-        )
-    return EXIT_OK if result.outcome in ("delivered", "nothing", "disabled") else EXIT_FAILED
+    # "0 when nothing is left to send": delivered, nothing queued, or everything deleted because reporting is off.
+    ok = result.outcome in ("delivered", "nothing") or (result.outcome in ("disabled", "no-endpoint") and not remaining)
+    if result.outcome == "delivered":
+        message = f"Sent {_n(result.sent, 'event')}" + (f", rejected {result.rejected}" if result.rejected else "")
+        from . import _settings
+
+        dest = _settings.resolve(app, env).destination
+        message += f" to {dest.redacted_url()}." if dest is not None else "."
+    elif result.outcome == "disabled":
+        user, policy = _consent.read_inputs(app, env)
+        decision = _consent.decide(app, env, user, policy)
+        message = f"Reporting is off: {_consent.explain(decision.reason, environ=env, user=user, policy=policy)}"
+        if result.purged:
+            message += f"; deleted {_n(result.purged, 'queued event')}"
+        elif remaining:
+            message += f"; {_n(remaining, 'queued event')} kept, not sent"
+        message += "."
+    else:
+        message = result.message
+    if message:
+        (sys.stdout if ok else sys.stderr).write(message + "\n")
+    return EXIT_OK if ok else EXIT_FAILED
 
 
 def _body_for_display(headers: Mapping[str, str], body: bytes) -> Any:
@@ -307,7 +414,7 @@ def _dry_run(args: argparse.Namespace, app: App, env: Mapping[str, str]) -> int:
         doc = {"events": plan.events, "requests": requests, "reason": plan.reason}
         _out(json.dumps(doc, indent=2))
         return EXIT_OK
-    _out(f"{len(plan.events)} queued event{'s' if len(plan.events) != 1 else ''}; nothing is sent by --dry-run.")
+    _out(f"{_n(len(plan.events), 'queued event')}; nothing is sent by --dry-run.")
     if plan.reason:
         _out(f"No requests: {plan.reason}")
     for i, (req, shown) in enumerate(zip(plan.requests, requests, strict=True), 1):
@@ -326,7 +433,7 @@ def _dry_run(args: argparse.Namespace, app: App, env: Mapping[str, str]) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line; the docs' CLI reference is generated from it."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="django-spool",
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -344,7 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
             epilog=EPILOG,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        p.set_defaults(func=func)
+        p.set_defaults(func=func, parser=p, check=None)
         return p
 
     p = add(
@@ -383,6 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="print the requests; send and change nothing")
     p.add_argument("--json", action="store_true", help="with --dry-run: one JSON object {events, requests, reason}")
+    p.set_defaults(check=_check_flush_args)
     add("purge", cmd_purge, "delete every queued event", "Delete every queued event and say how many.")
     add(
         "reset-id",
@@ -395,19 +503,57 @@ def build_parser() -> argparse.ArgumentParser:
     except ImportError:  # pragma: no cover - the collector is part of the package
         pass
     else:
-        collector_cli.register(sub)
+        collector_cli.register(cast("argparse._SubParsersAction[argparse.ArgumentParser]", sub))
     return parser
 
 
+def _check_flush_args(args: argparse.Namespace) -> str | None:
+    return (
+        "--json goes with --dry-run (flush itself prints a one-line summary)"
+        if args.json and not args.dry_run
+        else None
+    )
+
+
+def _pipe_closed() -> int:
+    """The Python docs' SIGPIPE recipe: the reader is gone, so say nothing more; point stdout at the null
+    device so that the interpreter's final flush does not fail again at exit."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return EXIT_PIPE
+
+
 def main(argv: Sequence[str] | None = None, *, app: App | None = None) -> int:
+    """Run the command line (``argv`` defaults to ``sys.argv[1:]``) and return its exit status."""
+    try:
+        return _main(argv, app)
+    except BrokenPipeError:
+        return _pipe_closed()
+
+
+def _main(argv: Sequence[str] | None, app: App | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+        problem = args.check(args) if getattr(args, "check", None) else None
+        if problem:
+            args.parser.error(problem)
+    except SystemExit as exc:  # --help, --version and usage errors: argparse has printed; its status
+        sys.stdout.flush()
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     the_app = app or django_app()
     func = args.func
     try:
         if func in (cmd_status, cmd_enable, cmd_disable, cmd_flush, cmd_purge, cmd_reset_id):
-            return int(func(args, the_app, os.environ))
-        return int(func(args))
+            status = int(func(args, the_app, os.environ))
+        else:
+            status = int(func(args))
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+        return status
+    except BrokenPipeError:
+        raise
     except CommandError as exc:
         _err(str(exc))
         return EXIT_FAILED
@@ -417,8 +563,6 @@ def main(argv: Sequence[str] | None = None, *, app: App | None = None) -> int:
     except OSError as exc:
         # The spool or config folders are unusable (read-only, missing, hostile): say so, never a traceback.
         _err(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
-        return EXIT_FAILED
-    except BrokenPipeError:
         return EXIT_FAILED
 
 
