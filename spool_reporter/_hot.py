@@ -1045,13 +1045,15 @@ def record_event(
             lock = None if refused_endpoint(named or app.endpoint) else claim_flusher_lock(folder)
             if lock is not None:  # None: a flusher is running, or it could not send anywhere
                 try:
-                    # Only now pay for importing the spawn logic (1.4 M instructions); the child inherits
-                    # the lock, so no second flusher can start while this one is still starting up.
+                    # Only now pay for importing the spawn logic; the child inherits the lock, so no second
+                    # flusher can start while this one is still starting up.
                     from . import _spawn
 
                     # An App's own default reaches the flusher, which knows the App only by its names.
                     default = None if named else app.endpoint
-                    _spawn.start(app, folder, env, time.time(), lock_fd=lock, default_endpoint=default)
+                    _spawn.start(
+                        app, folder, env, time.time(), lock_fd=lock, default_endpoint=default, long_lived=long_lived
+                    )
                 finally:
                     os.close(lock)
     return True
