@@ -82,6 +82,7 @@ class App:
     :param endpoint: the integrator's default destination, a collector's ``/v1/batch`` URL; the
         environment, the user file and the policy override it. With no destination, nothing is recorded.
     :param transport: its wire format: ``"json"`` only.
+    :param notice_revision: raise it when the tool sends somewhere new: the notice is shown again, once.
     """
 
     __slots__ = (
@@ -91,6 +92,7 @@ class App:
         "endpoint",
         "env_prefix",
         "name",
+        "notice_version",
         "slug",
         "transport",
         "version",
@@ -105,6 +107,7 @@ class App:
     docs_url: "str"
     endpoint: "str | None"
     transport: "str"
+    notice_version: "int"
 
     def __init__(
         self,
@@ -118,6 +121,7 @@ class App:
         docs_url: "str" = "https://spool-reporter.readthedocs.io/",
         endpoint: "str | None" = None,
         transport: "str" = "json",
+        notice_revision: "int" = 0,
     ) -> "None":
         set_ = object.__setattr__
         set_(self, "name", _check(name, _NAME_CHARS, "name"))
@@ -138,6 +142,11 @@ class App:
             msg = f"transport must be 'json' (a collector), got {transport!r}"
             raise ValueError(msg)
         set_(self, "transport", transport)
+        if not isinstance(notice_revision, int) or notice_revision < 0:
+            msg = f"notice_revision must be an int >= 0, got {notice_revision!r}"
+            raise ValueError(msg)
+        # The notice's version: the library's (what is collected) plus the integrator's (where it goes).
+        set_(self, "notice_version", NOTICE_VERSION + notice_revision)
 
     def __setattr__(self, key: "str", value: "object") -> "None":
         msg = "App is immutable"
@@ -199,6 +208,23 @@ def django_app(version: "str" = "0") -> "App":
     # The version only matters for events; the command line passes the default. No default destination: Django
     # core would ship the DSF's collector here; the reference implementation records nothing until one is set.
     return App(name="Django", version=version, slug="django", config_name="djangoanalytics", env_prefix="DJANGO")
+
+
+NOTICE_VERSION: "Final" = 1
+
+# The first-run notice's version: bumped when what is collected changes (a field is added or changes meaning, as
+# SCHEMA_VERSION) or the notice promises something else. A user whose config file says an older notice_version=
+# sees the notice again, once, before the next event is recorded. Both only ever grow.
+
+
+def seen_notice_version(user: "dict[str, str] | None") -> "int":
+    # The notice version this user has seen: notice_version= in the user file; a client id without it is from
+    # before notice versions, when creating the id printed version 1; 0 when nothing was shown.
+    raw = None if user is None else user.get("notice_version")
+    if raw is None:
+        cid = None if user is None else user.get("client_id")
+        return 1 if cid is not None and is_uuid4(cid) else 0
+    return int(raw) if raw.isascii() and raw.isdigit() else 0
 
 
 # --- from _paths --------------------------------------------------------------------------------
@@ -381,35 +407,48 @@ MODE_OPT_OUT: "Final" = "opt-out"
 
 MODE_OPT_IN: "Final" = "opt-in"
 
+MODE_LOCAL: "Final" = "local"
+
+# The policy's default (``default=``): opt-out unless it says opt-in or local (record, never send).
+
 
 class Decision:
-    # The outcome of :func:`decide`: ``enabled``, the ``reason`` (rule) and the ``mode``.
+    # The outcome of :func:`decide`: ``enabled``, the ``reason`` (rule), the ``mode`` (the policy's default) and
+    # ``local`` (events are recorded and kept on this machine, never sent).
 
-    __slots__ = ("enabled", "mode", "reason")
+    __slots__ = ("enabled", "local", "mode", "reason")
 
     enabled: "bool"
     reason: "str"
     mode: "str"
+    local: "bool"
 
-    def __init__(self, *, enabled: "bool", reason: "str", mode: "str") -> "None":
+    def __init__(self, *, enabled: "bool", reason: "str", mode: "str", local: "bool" = False) -> "None":
         object.__setattr__(self, "enabled", enabled)
         object.__setattr__(self, "reason", reason)
         object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "local", local)
 
     def __setattr__(self, key: "str", value: "object") -> "None":
         msg = "Decision is immutable"
         raise AttributeError(msg)
 
     def __repr__(self) -> "str":
-        return f"Decision(enabled={self.enabled!r}, reason={self.reason!r}, mode={self.mode!r})"
+        local = ", local=True" if self.local else ""
+        return f"Decision(enabled={self.enabled!r}, reason={self.reason!r}, mode={self.mode!r}{local})"
 
     def __eq__(self, other: "object") -> "bool":
         if not isinstance(other, Decision):
             return NotImplemented
-        return (self.enabled, self.reason, self.mode) == (other.enabled, other.reason, other.mode)
+        return (self.enabled, self.reason, self.mode, self.local) == (
+            other.enabled,
+            other.reason,
+            other.mode,
+            other.local,
+        )
 
     def __hash__(self) -> "int":
-        return hash((self.enabled, self.reason, self.mode))
+        return hash((self.enabled, self.reason, self.mode, self.local))
 
     @property
     def hard_off(self) -> "bool":
@@ -436,17 +475,21 @@ def decide(
     policy: "dict[str, str] | None",
 ) -> "Decision":
     # Decide from already-read inputs. Pure: no I/O. ``None`` means "no such file".
-    policy_opt_in = policy is not None and policy.get("default", "").lower() in ("off", "0", "opt-in", "no")
-    mode = MODE_OPT_IN if policy_opt_in else MODE_OPT_OUT
+    default = "" if policy is None else policy.get("default", "").strip().lower()
+    mode = (
+        MODE_OPT_IN if default in ("off", "0", "opt-in", "no") else MODE_LOCAL if default == "local" else MODE_OPT_OUT
+    )
+    user_local = user is not None and user.get("mode", "").strip().lower() == "local"
 
     def off(reason: "str") -> "Decision":
         return Decision(enabled=False, reason=reason, mode=mode)
 
-    def on(reason: "str") -> "Decision":
-        # Nothing is recorded that could never leave: with no destination from any source, reporting is off.
-        if not has_destination(app, environ, user, policy):
+    def on(reason: "str", local: "bool" = False) -> "Decision":
+        # Nothing is recorded that could never leave: with no destination from any source, reporting is off --
+        # unless the events are to stay here (local mode), where no destination is needed.
+        if not local and not has_destination(app, environ, user, policy):
             return off("destination:none")
-        return Decision(enabled=True, reason=reason, mode=mode)
+        return Decision(enabled=True, reason=reason, mode=mode, local=local)
 
     if _truthy(environ.get(app.env_disable)):
         return off("env:" + app.env_disable)
@@ -462,12 +505,16 @@ def decide(
     if user_disable is not None and user_disable.strip() not in ("", "0"):
         return off("user:disable")
     if user_disable is not None and user_disable.strip() == "0":
-        return on("user:enable")
+        return on("user:local", True) if user_local else on("user:enable")
     ci = _ci_variable(environ)
     if ci is not None:
         return off("ci:" + ci)
-    if policy_opt_in:
+    if mode == MODE_OPT_IN:
         return off("policy:opt-in")
+    if user_local:
+        return on("user:local", True)
+    if mode == MODE_LOCAL:
+        return on("policy:local", True)
     return on("default")
 
 
@@ -966,19 +1013,20 @@ def state_dir(app: "App", environ: "Mapping[str, str] | None" = None) -> "str":
 
 
 def ensure_client_id(
-    app: "App", user: "dict[str, str] | None", environ: "Mapping[str, str]"
+    app: "App", user: "dict[str, str] | None", environ: "Mapping[str, str]", notice: "bool" = False
 ) -> "tuple[str, bool] | None":
-    # The client id from the user file, creating it on first use. ``(id, created)`` or ``None``.
+    # The client id from the user file, creating it on first use: ``(id, show the notice now)`` or ``None``.
     #
-    # Creation appends ``client_id=<uuid4>`` under an exclusive lock on the config file itself, re-reading it
-    # first, so several first commands started together agree on one id and exactly one of them creates it
-    # (and prints the notice).
+    # The notice is due when the user has not seen this App's notice_version (a first run, or what is collected
+    # changed). Creating the id and recording notice_version= happen under an exclusive lock on the config file
+    # itself, re-reading it first, so several commands started together agree on one id and exactly one of them
+    # prints the notice (notice=True only: a caller that prints none records none as seen).
     cid = None if user is None else user.get("client_id")
-    if cid is not None and is_uuid4(cid):
+    if cid is not None and is_uuid4(cid) and (not notice or seen_notice_version(user) >= app.notice_version):
         return cid, False
-    from ._firstrun import create_client_id  # first run only: not worth importing every time
+    from ._firstrun import create_client_id  # first run (or a new notice) only: not worth importing every time
 
-    return create_client_id(app, environ)
+    return create_client_id(app, environ, notice=notice)
 
 
 def _int_setting(values: "dict[str, str] | None", key: "str", default: "int") -> "int":
@@ -1016,15 +1064,15 @@ def record_event(
 
             purge_if_present(app, env)
         return False
-    got = ensure_client_id(app, user, env)
+    got = ensure_client_id(app, user, env, notice)
     if got is None:
         return False
-    client_id, created = got
+    client_id, show = got
     line = build_line(app, event, client_id, time.time() if now is None else now)
-    if created and notice:
+    if show:  # before the event is recorded
         from ._firstrun import notice_text
 
-        sys.stderr.write(notice_text(app))
+        sys.stderr.write(notice_text(app, local=decision.local))
         sys.stderr.flush()
     if _truthy(env.get(app.env_debug)):
         _echo(app, line)
@@ -1037,7 +1085,8 @@ def record_event(
             max_bytes=_int_setting(user, "max_bytes", MAX_BYTES),
         )
         if (
-            not getattr(sys, "frozen", False)  # `python -m` cannot relaunch a frozen executable
+            not decision.local  # local mode: recorded, never sent, no flusher
+            and not getattr(sys, "frozen", False)  # `python -m` cannot relaunch a frozen executable
             and sys.executable
             and gate_open(folder, size, long_lived=long_lived, env=env, now=time.time())
         ):

@@ -42,7 +42,16 @@ from . import _consent
 from ._app import App
 from .transports import NAMES
 
-__all__ = ["Destination", "Resolved", "Tuning", "is_loopback_host", "no_destination_text", "resolve", "tuning"]
+__all__ = [
+    "Destination",
+    "Resolved",
+    "Tuning",
+    "is_loopback_host",
+    "local_text",
+    "no_destination_text",
+    "resolve",
+    "tuning",
+]
 
 DEFAULT_TRANSPORT: Final = "json"
 """The self-hosted collector: the only destination that provably stores no IP address."""
@@ -173,15 +182,22 @@ def resolve(
     user: dict[str, str] | None = None,
     policy: dict[str, str] | None = None,
     read_files: bool = True,
+    sending: bool = True,
 ) -> Resolved:
     """Find and validate the destination for ``app``.
 
     Reads the user file and the policy unless ``read_files`` is false (then ``user`` and ``policy`` are the
-    already-read mappings, ``None`` meaning "no such file"). Never raises for bad settings.
+    already-read mappings, ``None`` meaning "no such file"). Never raises for bad settings. In local mode
+    (events are kept on this machine) there is nothing to send to: no destination, unless ``sending`` is false
+    (``status`` and ``flush --dry-run`` ask where events *would* go).
     """
     env = os.environ if environ is None else environ
     if read_files:
         user, policy = _consent.read_inputs(app, env)
+    if sending:
+        decision = _consent.decide(app, env, user, policy)
+        if decision.enabled and decision.local:
+            return Resolved(destination=None, reason=local_text(app, decision))
     layers = (("user", _usable(user)), ("policy", _usable(policy)))
     endpoint = env.get(app.env_endpoint, "").strip()
     if endpoint:
@@ -231,6 +247,12 @@ def resolve(
         tracking_id=creds["tracking_id"] or None if transport == "ua" else None,
     )
     return Resolved(destination=destination, reason=f"{transport} to {destination.redacted_url()} (from {where})")
+
+
+def local_text(app: App, decision: _consent.Decision) -> str:
+    """Why nothing is sent in local mode, and how to send."""
+    why = "you chose it" if decision.reason == "user:local" else "the system policy's default"
+    return f"local mode ({why}): events stay on this machine and are never sent; '{app.cli_name} enable' sends them"
 
 
 def no_destination_text(app: App, environ: Mapping[str, str] | None = None) -> str:

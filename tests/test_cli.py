@@ -185,7 +185,8 @@ def test_disable_keeps_other_keys_and_deletes_the_queue(sandbox: Sandbox, app: A
     assert result.returncode == 0, result.stderr
     assert result.stdout.endswith("Reporting is off.\nDeleted 4 queued events.\n")
     after = sandbox.user_file(app).read_text()
-    assert after == f"# my settings\nendpoint=http://127.0.0.1:9/v1/batch\ndisable=1\n{client_id}\n"
+    # record() without notice=True created the id and noted that no notice was shown (notice_version=0).
+    assert after == f"# my settings\nendpoint=http://127.0.0.1:9/v1/batch\ndisable=1\n{client_id}\nnotice_version=0\n"
     assert sandbox.spool_lines(app) == []
     assert not record("startproject", app=app, environ=sandbox.env)
     assert cli(sandbox, "enable").returncode == 0

@@ -57,7 +57,7 @@ def test_record_returns_true_and_spools_one_line(sandbox: Sandbox, app: App) -> 
     event = json.loads(line)
     assert event["event"] == "startproject"
     config = sandbox.user_file(app).read_text()
-    assert config == f"client_id={event['client_id']}\n"
+    assert config == f"client_id={event['client_id']}\nnotice_version=0\n"  # no notice asked for, none shown
 
 
 def test_client_id_is_kept_and_other_keys_survive(sandbox: Sandbox, app: App) -> None:

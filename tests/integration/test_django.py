@@ -278,6 +278,74 @@ def test_without_a_destination_nothing_is_recorded_and_no_notice_printed(user: U
     assert user.names() == ["startproject"]
 
 
+CID = "43325579-4ce9-4a2d-a152-0e993a4bb245"
+
+
+def test_an_older_notice_version_sees_the_notice_again_once(user: User) -> None:
+    """A config written by a release whose notice was older: the next reported command prints the notice once,
+    before it records, and records under the new version from then on; django-spool status says so."""
+    user.sandbox.write_user(APP, f"client_id={CID}\nnotice_version=0\n")
+    spool = [str(user.venv.bin / "django-spool"), "status"]
+    assert "notice:        version 0 seen, current 1 (shown again" in user.ok(*spool).stdout.decode()
+    first = user.ok("django-admin", "startproject", "p1")
+    assert first.stderr == NOTICE
+    assert user.sandbox.user_file(APP).read_text() == f"client_id={CID}\nnotice_version=0\nnotice_version=1\n"
+    second = user.ok("python", "-m", "django", "startapp", "blog")
+    assert second.stderr == b""
+    assert [e["client_id"] for e in user.events()] == [CID, CID]
+    status = json.loads(user.ok(*spool, "--json").stdout)
+    assert (status["notice_version_seen"], status["notice_version"]) == (1, 1)
+
+
+def test_several_commands_after_an_upgrade_print_the_new_notice_once(user: User) -> None:
+    user.sandbox.write_user(APP, f"client_id={CID}\nnotice_version=0\n")
+    procs = [
+        subprocess.Popen(
+            [str(user.venv.python), str(user.venv.django_admin), "startproject", f"p{i}"],
+            cwd=user.work,
+            env=user.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(4)
+    ]
+    outputs = [p.communicate(timeout=COMMAND_TIMEOUT) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0]
+    assert sum(err.count(NOTICE) for _, err in outputs) == 1
+    assert user.names() == ["startproject"] * 4
+
+
+def test_local_mode_records_and_never_starts_a_flusher(user: User) -> None:
+    """django-spool enable --local with a healthy destination configured: real commands record, print the
+    local notice, start no flusher; flush sends nothing and says why; enable moves to sending."""
+    from servers import serving, with_destination
+
+    spool = str(user.venv.bin / "django-spool")
+    with serving() as server:
+        env = with_destination(user.env, server.url(), SPOOL_REPORTER_FLUSH_DEADLINE="20")
+        assert b"Local mode" in user.ok(spool, "enable", "--local", env=env).stdout
+        first = user.ok("django-admin", "startproject", "p1", env=env)
+        assert first.stderr == notice_text(APP, local=True).encode()
+        project = user.work / "p1"
+        server_proc = Server(user, project)  # runserver: long-lived, and still no flusher
+        try:
+            server_proc.wait_serving()
+        finally:
+            server_proc.stop()
+        assert user.names() == ["startproject", "runserver"]
+        assert not (user.sandbox.state_dir(APP) / "flush.spawned").exists()
+        flush = user.ok(spool, "flush", env=env)
+        assert flush.stdout.startswith(b"local: nothing is sent in local mode; 2 queued events stay")
+        assert not server.received
+        status = user.ok(spool, "status", env=env).stdout.decode()
+        assert "[user:local]" in status
+        assert "mode:          local: events are recorded on this machine and never sent" in status
+        enable = user.ok(spool, "enable", env=env).stdout.decode()
+        assert enable.startswith(f"Leaving local mode: 2 queued events will be sent to {server.url()}")
+        assert user.ok(spool, "flush", env=env).stdout.startswith(b"delivered: sent 2")
+        assert len(set(server.event_ids())) == 2
+
+
 def test_reporting_off_records_nothing_and_prints_nothing(user: User) -> None:
     for i, switch in enumerate(({"DJANGO_NO_ANALYTICS": "1"}, {"DO_NOT_TRACK": "1"}, {"CI": "true"})):
         proc = user.ok("django-admin", "startproject", f"p{i}", env={**user.env, **switch})
