@@ -16,7 +16,8 @@ nox.options.error_on_missing_interpreters = False  # a user's machine has the Py
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 REPO = Path(__file__).resolve().parent
-TEST_DEPS = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "trustme>=1.1"]
+TEST_DEPS = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "trustme>=1.1", "click>=8.1"]
+"""click: the optional Click group (``spool_reporter.click_group``) is tested; it is never a runtime dependency."""
 
 
 DJANGO_MATRIX = [
@@ -79,7 +80,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=TOOLS_PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over the package."""
-    session.install("mypy>=1.13", ".")
+    session.install("mypy>=1.13", ".[click]")
     session.run("mypy", "--strict", "spool_reporter")
 
 
