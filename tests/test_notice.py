@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
-import time
 
 import pytest
 from conftest import Sandbox
 from servers import fill, serving, wait_for, with_destination
 from test_cli import cli, unnamed
+from test_record import record_together
 
 from spool_reporter import App, _flush, _settings
 from spool_reporter._consent import NOTICE_VERSION, Decision
@@ -102,27 +101,7 @@ def test_a_caller_that_prints_no_notice_marks_none_as_seen(sandbox: Sandbox, app
 
 def test_a_new_notice_is_shown_once_when_commands_start_together(sandbox: Sandbox, app: App) -> None:
     sandbox.write_user(app, f"client_id={CID}\nnotice_version=0\n")
-    go = sandbox.root / "go"
-    code = textwrap.dedent(
-        f"""
-        import os, time
-        deadline = time.monotonic() + 30
-        while not os.path.exists({str(go)!r}) and time.monotonic() < deadline:
-            time.sleep(0.001)
-        from spool_reporter import record
-        from spool_reporter._app import django_app
-        print(record("startproject", app=django_app("5.2"), notice=True))
-        """
-    )
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code], env=sandbox.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for _ in range(6)
-    ]
-    time.sleep(0.3)  # let them reach the start line; correctness does not depend on it
-    go.write_text("")
-    results = [p.communicate(timeout=60) for p in procs]
+    results = record_together(sandbox)
     assert [out for out, _ in results] == ["True\n"] * 6
     assert sum(err == notice_text(app) for _, err in results) == 1
     assert sum(err == "" for _, err in results) == 5

@@ -166,7 +166,8 @@ def test_notice_printed_once_on_stderr(sandbox: Sandbox, app: App) -> None:
     assert second.stderr == ""
 
 
-def test_notice_once_when_first_commands_start_together(sandbox: Sandbox, app: App) -> None:
+def record_together(sandbox: Sandbox, count: int = 6) -> list[tuple[str, str]]:
+    """``count`` processes each calling ``record(..., notice=True)`` at the same moment: their stdout and stderr."""
     go = sandbox.root / "go"
     code = textwrap.dedent(
         f"""
@@ -187,11 +188,15 @@ def test_notice_once_when_first_commands_start_together(sandbox: Sandbox, app: A
             stderr=subprocess.PIPE,
             text=True,
         )
-        for _ in range(6)
+        for _ in range(count)
     ]
     time.sleep(0.3)  # let them all reach the start line; correctness does not depend on it
     go.write_text("")
-    results = [p.communicate(timeout=60) for p in procs]
+    return [p.communicate(timeout=60) for p in procs]
+
+
+def test_notice_once_when_first_commands_start_together(sandbox: Sandbox, app: App) -> None:
+    results = record_together(sandbox)
     assert [out for out, _ in results] == ["True\n"] * 6
     assert sum(err == notice_text(app) for _, err in results) == 1
     assert sum(err == "" for _, err in results) == 5

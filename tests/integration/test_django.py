@@ -297,8 +297,8 @@ def test_an_older_notice_version_sees_the_notice_again_once(user: User) -> None:
     assert (status["notice_version_seen"], status["notice_version"]) == (1, 1)
 
 
-def test_several_commands_after_an_upgrade_print_the_new_notice_once(user: User) -> None:
-    user.sandbox.write_user(APP, f"client_id={CID}\nnotice_version=0\n")
+def startprojects_together(user: User, count: int = 4) -> list[tuple[bytes, bytes]]:
+    """``count`` real ``django-admin startproject`` started at once; each one's stdout and stderr."""
     procs = [
         subprocess.Popen(
             [str(user.venv.python), str(user.venv.django_admin), "startproject", f"p{i}"],
@@ -307,10 +307,16 @@ def test_several_commands_after_an_upgrade_print_the_new_notice_once(user: User)
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        for i in range(4)
+        for i in range(count)
     ]
     outputs = [p.communicate(timeout=COMMAND_TIMEOUT) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0, 0]
+    assert [p.returncode for p in procs] == [0] * count
+    return outputs
+
+
+def test_several_commands_after_an_upgrade_print_the_new_notice_once(user: User) -> None:
+    user.sandbox.write_user(APP, f"client_id={CID}\nnotice_version=0\n")
+    outputs = startprojects_together(user)
     assert sum(err.count(NOTICE) for _, err in outputs) == 1
     assert user.names() == ["startproject"] * 4
 
@@ -379,18 +385,7 @@ def test_stdout_is_byte_identical_with_reporting_on_or_off(sandbox: Sandbox, dj:
 
 
 def test_notice_printed_once_when_several_first_commands_start_together(user: User) -> None:
-    procs = [
-        subprocess.Popen(
-            [str(user.venv.python), str(user.venv.django_admin), "startproject", f"p{i}"],
-            cwd=user.work,
-            env=user.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for i in range(4)
-    ]
-    outputs = [p.communicate(timeout=COMMAND_TIMEOUT) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0, 0]
+    outputs = startprojects_together(user)
     assert sum(err.count(NOTICE) for _, err in outputs) == 1
     assert all(out == b"" for out, _ in outputs)
     events = user.events()
