@@ -87,7 +87,7 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(python=TOOLS_PYTHON)
 def docs(session: nox.Session) -> None:
     """Build the Sphinx site with warnings as errors."""
-    session.install(".", "sphinx>=7", "myst-parser>=3", "furo>=2024.8.6")
+    session.install(".[click]", "sphinx>=7", "myst-parser>=3", "furo>=2024.8.6")  # click: the Click group's API page
     out = session.posargs[0] if session.posargs else "docs/_build/html"
     session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", out)
 
