@@ -60,7 +60,10 @@ def main() -> int:
             "XDG_CONFIG_DIRS": f"{tmp}/etc",
         }
         Path(tmp, "cfg").mkdir()
-        Path(tmp, "cfg", "djangoanalytics").write_text("disable=0\nmax_events=100000000\nmax_bytes=1000000000\n")
+        # A destination (nothing is recorded without one) that starts no flusher: plain http to a named host.
+        Path(tmp, "cfg", "djangoanalytics").write_text(
+            "disable=0\nmax_events=100000000\nmax_bytes=1000000000\nendpoint=http://collector.invalid/v1/batch\n"
+        )
         floor: list[float] = []
         ours: list[float] = []
         whole: list[float] = []

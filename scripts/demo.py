@@ -4,13 +4,17 @@ Run it with ``python3 scripts/dev.py demo`` (which installs ``spool_reporter[dja
 environment, so the ``.pth`` hook is armed exactly as for a user). Step by step it:
 
 1. makes a temporary home with its own config and state folders (the user's real ones are never read or
-   touched) and opts in there with ``django-spool enable``;
-2. starts the self-hosted collector on a free loopback port with a temporary SQLite file;
+   touched) and starts the self-hosted collector on a free loopback port with a temporary SQLite file;
+2. shows ``django-spool status`` there: off, because no destination is configured (the reference
+   integration ships none; nothing is recorded until one is set), then points reporting at the collector
+   and opts in locally with ``django-spool enable --local``: events are recorded, nothing is sent;
 3. runs real ``django-admin startproject`` and ``python manage.py startapp``: each queues one event, and
-   the first prints the one-time notice on stderr;
-4. points reporting at the collector and shows ``django-spool flush --dry-run``: exactly what would leave;
-5. runs a short ``python manage.py runserver`` (long-lived, so it starts the detached flusher), waits until
-   it serves a page, and stops it with SIGINT;
+   the first prints the one-time notice (local mode's) on stderr; no flusher starts;
+4. shows ``django-spool status`` and ``django-spool flush --dry-run``: what is queued, and exactly what would
+   leave once sending is on;
+5. moves to sending with ``django-spool enable`` (which says first what will leave), runs a short
+   ``python manage.py runserver`` (long-lived, so it starts the detached flusher), waits until it serves a
+   page, and stops it with SIGINT;
 6. waits (bounded) for the detached flusher to deliver, then prints ``django-spool status`` and the
    collector's weekly statistics; stops the collector and deletes everything.
 
@@ -104,10 +108,7 @@ def main() -> int:
         spool = [str(BIN / "django-spool")]
         print(f"demo: a temporary home in {home} (your own config and spool are not touched)")
 
-        title("1. opt in (the demo's home is new; CI machines are off unless the user says yes)")
-        show([*spool, "enable"], env, work, shown="django-spool enable")
-
-        title("2. start the self-hosted collector on loopback")
+        title("1. start the self-hosted collector on loopback")
         db = tmp / "collector.sqlite3"
         collector = subprocess.Popen(
             [*spool, "collector", "serve", "--host", "127.0.0.1", "--port", "0", "--db", str(db)],
@@ -123,18 +124,28 @@ def main() -> int:
         url = first.removeprefix("listening on ")
         print(f"  collector: {url}")
 
-        title("3. real Django commands (the first prints the one-time notice on stderr)")
+        title("2. nothing is recorded until a destination is set; point it at the collector, opt in locally")
+        show([*spool, "status"], env, work, shown="django-spool status")
+        config = home / ".config" / "djangoanalytics"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        with config.open("a") as f:
+            f.write(f"transport=json\nendpoint={url}\n")
+        print(f"$ echo 'endpoint={url}' >> ~/.config/djangoanalytics")
+        # The demo's home is new, and CI machines are off unless the user says yes: opt in explicitly, and
+        # locally first (recorded, never sent), to look before anything leaves.
+        show([*spool, "enable", "--local"], env, work, shown="django-spool enable --local")
+
+        title("3. real Django commands (the first prints the one-time notice; local mode: no flusher)")
         show(["django-admin", "startproject", "demo_site"], env, work, shown="django-admin startproject demo_site")
         site = work / "demo_site"
         show([sys.executable, "manage.py", "startapp", "polls"], env, site, shown="python manage.py startapp polls")
 
-        title("4. point reporting at the collector and look before anything leaves")
-        with (home / ".config" / "djangoanalytics").open("a") as f:
-            f.write(f"transport=json\nendpoint={url}\n")
+        title("4. look before anything leaves")
         show([*spool, "status"], env, work, shown="django-spool status")
         show([*spool, "flush", "--dry-run"], env, work, shown="django-spool flush --dry-run")
 
-        title("5. a short runserver: long-lived, so it starts the detached flusher")
+        title("5. start sending, and a short runserver: long-lived, so it starts the detached flusher")
+        show([*spool, "enable"], env, work, shown="django-spool enable")
         port = free_port()
         print(f"$ python manage.py runserver 127.0.0.1:{port}   (stopped with Ctrl-C once it serves a page)")
         server = subprocess.Popen(

@@ -1,16 +1,19 @@
 """Bootstrap for the README's two commands: needs only Python 3.10+ with venv and pip.
 
     python3 scripts/dev.py demo    # the main job: a real Django command reported end to end, offline
-    python3 scripts/dev.py test    # the whole test suite (every installed Python 3.10-3.13, real Django 4.2-6.0)
+    python3 scripts/dev.py test    # the whole test suite (every installed Python 3.10-3.13, real Django 4.2-6.1)
     python3 scripts/dev.py check   # lint, typecheck, docs and benchmarks (what CI adds)
 
 It creates ``.dev-venv/`` with nox in it (once), puts every installed ``python3.X`` on nox's path, and
-runs the matching nox sessions. Extra arguments go to nox.
+runs the matching nox sessions. Extra arguments go to nox. ``test`` ends with one line that adds up every
+pytest run of every session (``tests: 1234 passed, 0 failed, 5 skipped in 12 pytest runs``), so that the
+last line of a long log says how it went.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +27,9 @@ SESSIONS = {
     "test": ["tests", "django"],
     "check": ["lint", "typecheck", "docs", "bench"],
 }
+SUMMARY = re.compile(r"^=*\s*((?:\d+ \w+(?:, )?)+) in [\d.]+s")
+"""pytest's last line, with or without ``-q``: ``=== 12 passed, 1 skipped in 3.21s ===``."""
+COUNTED = ("passed", "failed", "errors", "skipped")
 
 
 def _bin(name: str) -> Path:
@@ -45,6 +51,42 @@ def _pyenv_path() -> dict[str, str]:
     return env
 
 
+def add_up(lines: list[str]) -> dict[str, int]:
+    """The counts of every pytest summary line in ``lines`` (``error`` counted as ``errors``)."""
+    totals = dict.fromkeys((*COUNTED, "runs"), 0)
+    for line in lines:
+        match = SUMMARY.match(line.strip())
+        if not match:
+            continue
+        totals["runs"] += 1
+        for part in match.group(1).split(", "):
+            count, _, what = part.partition(" ")
+            what = "errors" if what == "error" else what
+            if what in totals:
+                totals[what] += int(count)
+    return totals
+
+
+def summary_line(totals: dict[str, int], status: int) -> str:
+    counts = ", ".join(f"{totals[k]} {k}" for k in COUNTED if totals[k] or k in ("passed", "failed"))
+    verdict = "" if status == 0 else f" (nox exited {status})"
+    return f"tests: {counts} in {totals['runs']} pytest runs{verdict}"
+
+
+def _tee(cmd: list[str]) -> tuple[int, list[str]]:
+    """Run ``cmd`` with its output passed through line by line; its exit status and the lines."""
+    seen: list[str] = []
+    with subprocess.Popen(
+        cmd, cwd=REPO, env=_pyenv_path(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            seen.append(line)
+    return proc.returncode, seen
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in SESSIONS:
         print(__doc__, file=sys.stderr)
@@ -54,7 +96,12 @@ def main(argv: list[str]) -> int:
         venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
         subprocess.run([str(_bin("python")), "-m", "pip", "install", "-q", "nox>=2024.10.9"], check=True)
     cmd = [str(_bin("nox")), "-s", *SESSIONS[argv[0]], *argv[1:]]
-    return subprocess.run(cmd, cwd=REPO, env=_pyenv_path(), check=False).returncode
+    if argv[0] != "test":
+        return subprocess.run(cmd, cwd=REPO, env=_pyenv_path(), check=False).returncode
+    status, lines = _tee(cmd)
+    totals = add_up(lines)
+    print(summary_line(totals, status), flush=True)
+    return status if status else (1 if totals["failed"] or totals["errors"] or not totals["runs"] else 0)
 
 
 if __name__ == "__main__":

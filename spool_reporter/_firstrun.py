@@ -4,16 +4,32 @@ Imported by the hook only when the user's config file has no client id yet (once
 hook's every-command path (:mod:`spool_reporter._hot`) does not carry this code.
 """
 
-from __future__ import annotations
+# Like _hot, this runs inside the user's command (its first one): no `from __future__ import annotations`, and
+# typing, collections.abc and the App type only for the type checker -- a plain command line has not imported
+# them, and together they cost it several milliseconds.
 
 import os
 import stat
-from collections.abc import Mapping
-from typing import Final
 
-from ._hot import MAX_CONFIG_BYTES, App, is_uuid4, make_dirs, parse, take_lock, user_config_path, uuid4
+from ._hot import (
+    MAX_CONFIG_BYTES,
+    is_uuid4,
+    make_dirs,
+    parse,
+    seen_notice_version,
+    take_lock,
+    user_config_path,
+    uuid4,
+)
 
-_CONFIG_WRITE_FLAGS: Final = (
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Final
+
+    from ._hot import App
+
+_CONFIG_WRITE_FLAGS: "Final" = (
     os.O_RDWR
     | os.O_APPEND
     | os.O_CREAT
@@ -24,12 +40,15 @@ _CONFIG_WRITE_FLAGS: Final = (
 """Append-only, never through a symlink, and never blocking on a FIFO planted at the path."""
 
 
-def create_client_id(app: App, environ: Mapping[str, str]) -> tuple[str, bool] | None:
-    """Create the client id on first use: ``(id, created)``, or ``None`` if the config file cannot take it.
+def create_client_id(app: "App", environ: "Mapping[str, str]", *, notice: bool = False) -> "tuple[str, bool] | None":
+    """The client id, created on first use, and whether the notice is due now: ``(id, show)``, or ``None`` if the
+    config file cannot take them (then nothing is recorded: never an event without the notice it needs).
 
-    Appends ``client_id=<uuid4>`` under an exclusive lock on the config file itself, re-reading it first, so
-    several first commands started together agree on one id and exactly one of them creates it (and prints
-    the notice). The file is never written through a symlink.
+    Under an exclusive lock on the config file itself, re-reading it first: appends ``client_id=<uuid4>`` if there
+    is none, and, with ``notice``, ``notice_version=<the App's>`` if the user has seen an older one (the last
+    occurrence of a key wins, so the file stays append-only here). Several commands started together agree on
+    one id, and exactly one of them is told to show the notice. A new id created without ``notice`` records
+    ``notice_version=0``: nothing was shown. The file is never written through a symlink.
     """
     path = user_config_path(app, environ)
     make_dirs(os.path.dirname(path))
@@ -44,26 +63,42 @@ def create_client_id(app: App, environ: Mapping[str, str]) -> tuple[str, bool] |
         values = parse(data)
         if values is None or len(data) > MAX_CONFIG_BYTES:
             return None
-        cid = values.get("client_id")
-        if cid is not None and is_uuid4(cid):
-            return cid, False
-        cid = uuid4()
-        prefix = "\n" if data and not data.endswith(b"\n") else ""
-        os.write(fd, f"{prefix}client_id={cid}\n".encode("ascii"))
-        return cid, True
+        stored = values.get("client_id")
+        created = stored is None or not is_uuid4(stored)
+        cid = uuid4() if created or stored is None else stored
+        seen = 0 if created else seen_notice_version(values)
+        show = notice and seen < app.notice_version
+        lines = [f"client_id={cid}"] if created else []
+        if show or (created and not notice):
+            lines.append(f"notice_version={app.notice_version if show else 0}")
+        if lines:
+            prefix = "\n" if data and not data.endswith(b"\n") else ""
+            os.write(fd, (prefix + "".join(line + "\n" for line in lines)).encode("ascii"))
+        return cid, show
     finally:
         os.close(fd)  # releases the lock
 
 
-def notice_text(app: App) -> str:
-    """The one-time notice printed on stderr with the first recorded event."""
+def notice_text(app: "App", *, local: bool = False) -> str:
+    """The notice printed on stderr before the first event is recorded (and again, once, when its version
+    changes); ``local``: the local-mode wording (recorded, never sent)."""
     cli = app.cli_name
+    django = app.slug == "django"
+    head = f"{app.name} usage reporting is on" + (", in local mode" if local else "") + (" (DEP 8)" if django else "")
+    if local:
+        where = (
+            f"Events stay in a file on this machine and are never sent (local mode).\n"
+            f"  Send them from now on:           {cli} enable\n"
+        )
+    else:
+        where = "Events are sent later in the background; a command never waits for the network.\n"
+    what = "Commands such as startproject record" if django else "Each command records"
     return (
-        f"\n{app.name} usage reporting is on (DEP 8). Commands such as startproject record one anonymous event:\n"
+        f"\n{head}. {what} one anonymous event:\n"
         f"the command name, {app.name}/Python/OS versions and a random id; never paths, names or arguments.\n"
-        f"Events are sent later in the background; a command never waits for the network.\n"
+        f"{where}"
         f"  See exactly what would be sent:  {cli} flush --dry-run\n"
         f"  Turn it off:                     {cli} disable   (or set {app.env_disable}=1 or DO_NOT_TRACK=1)\n"
         f"  Details:                         {app.docs_url}\n"
-        f"This notice is shown once.\n\n"
+        f"This notice (version {app.notice_version}) is shown once, and again only if what is collected changes.\n\n"
     )

@@ -79,9 +79,24 @@ class App:
         ``<P>_ANALYTICS_ENDPOINT``, ``<P>_ANALYTICS_TRANSPORT`` (default: ``slug.upper()``).
     :param cli_name: the command that manages reporting, named in the first-run notice.
     :param docs_url: where the notice points for details.
+    :param endpoint: the integrator's default destination, a collector's ``/v1/batch`` URL; the
+        environment, the user file and the policy override it. With no destination, nothing is recorded.
+    :param transport: its wire format: ``"json"`` only.
+    :param notice_revision: raise it when the tool sends somewhere new: the notice is shown again, once.
     """
 
-    __slots__ = ("cli_name", "config_name", "docs_url", "env_prefix", "name", "slug", "version")
+    __slots__ = (
+        "cli_name",
+        "config_name",
+        "docs_url",
+        "endpoint",
+        "env_prefix",
+        "name",
+        "notice_version",
+        "slug",
+        "transport",
+        "version",
+    )
 
     name: "str"
     version: "str"
@@ -90,6 +105,9 @@ class App:
     env_prefix: "str"
     cli_name: "str"
     docs_url: "str"
+    endpoint: "str | None"
+    transport: "str"
+    notice_version: "int"
 
     def __init__(
         self,
@@ -101,6 +119,9 @@ class App:
         env_prefix: "str | None" = None,
         cli_name: "str" = "django-spool",
         docs_url: "str" = "https://spool-reporter.readthedocs.io/",
+        endpoint: "str | None" = None,
+        transport: "str" = "json",
+        notice_revision: "int" = 0,
     ) -> "None":
         set_ = object.__setattr__
         set_(self, "name", _check(name, _NAME_CHARS, "name"))
@@ -115,13 +136,25 @@ class App:
         )
         set_(self, "cli_name", cli_name)
         set_(self, "docs_url", docs_url)
+        set_(self, "endpoint", _check_endpoint(endpoint))
+        if transport != "json":
+            # GA4 and UA need credentials, which belong in the config file with their endpoint.
+            msg = f"transport must be 'json' (a collector), got {transport!r}"
+            raise ValueError(msg)
+        set_(self, "transport", transport)
+        if not isinstance(notice_revision, int) or notice_revision < 0:
+            msg = f"notice_revision must be an int >= 0, got {notice_revision!r}"
+            raise ValueError(msg)
+        # The notice's version: the library's (what is collected) plus the integrator's (where it goes).
+        set_(self, "notice_version", NOTICE_VERSION + notice_revision)
 
     def __setattr__(self, key: "str", value: "object") -> "None":
         msg = "App is immutable"
         raise AttributeError(msg)
 
     def __repr__(self) -> "str":
-        return f"App(name={self.name!r}, version={self.version!r}, slug={self.slug!r})"
+        where = "" if self.endpoint is None else f", endpoint={self.endpoint!r}"
+        return f"App(name={self.name!r}, version={self.version!r}, slug={self.slug!r}{where})"
 
     def __eq__(self, other: "object") -> "bool":
         if not isinstance(other, App):
@@ -152,11 +185,46 @@ class App:
         return self.env_prefix + "_ANALYTICS_TRANSPORT"
 
 
+def _check_endpoint(endpoint: "str | None") -> "str | None":
+    # A coarse check at construction, so an integrator's typo fails in their tests; _settings validates fully
+    # (loopback-only http, no credentials in the URL) and status says why a URL is refused.
+    if endpoint is None:
+        return None
+    if (
+        not isinstance(endpoint, str)
+        or not endpoint.startswith(("https://", "http://"))
+        or not (endpoint.isascii() and endpoint.isprintable())
+        or " " in endpoint
+        or len(endpoint) > 2048
+    ):
+        msg = f"endpoint must be an https:// URL, got {endpoint!r}"
+        raise ValueError(msg)
+    return endpoint
+
+
 def django_app(version: "str" = "0") -> "App":
     # The application DEP 8 is about: ``djangoanalytics``, ``DJANGO_NO_ANALYTICS``, ``DJANGO_ANALYTICS_DEBUG``.
     #
-    # The version only matters for events; the command line passes the default.
+    # The version only matters for events; the command line passes the default. No default destination: Django
+    # core would ship the DSF's collector here; the reference implementation records nothing until one is set.
     return App(name="Django", version=version, slug="django", config_name="djangoanalytics", env_prefix="DJANGO")
+
+
+NOTICE_VERSION: "Final" = 1
+
+# The first-run notice's version: bumped when what is collected changes (a field is added or changes meaning, as
+# SCHEMA_VERSION) or the notice promises something else. A user whose config file says an older notice_version=
+# sees the notice again, once, before the next event is recorded. Both only ever grow.
+
+
+def seen_notice_version(user: "dict[str, str] | None") -> "int":
+    # The notice version this user has seen: notice_version= in the user file; a client id without it is from
+    # before notice versions, when creating the id printed version 1; 0 when nothing was shown.
+    raw = None if user is None else user.get("notice_version")
+    if raw is None:
+        cid = None if user is None else user.get("client_id")
+        return 1 if cid is not None and is_uuid4(cid) else 0
+    return int(raw) if raw.isascii() and raw.isdigit() else 0
 
 
 # --- from _paths --------------------------------------------------------------------------------
@@ -339,35 +407,48 @@ MODE_OPT_OUT: "Final" = "opt-out"
 
 MODE_OPT_IN: "Final" = "opt-in"
 
+MODE_LOCAL: "Final" = "local"
+
+# The policy's default (``default=``): opt-out unless it says opt-in or local (record, never send).
+
 
 class Decision:
-    # The outcome of :func:`decide`: ``enabled``, the ``reason`` (rule) and the ``mode``.
+    # The outcome of :func:`decide`: ``enabled``, the ``reason`` (rule), the ``mode`` (the policy's default) and
+    # ``local`` (events are recorded and kept on this machine, never sent).
 
-    __slots__ = ("enabled", "mode", "reason")
+    __slots__ = ("enabled", "local", "mode", "reason")
 
     enabled: "bool"
     reason: "str"
     mode: "str"
+    local: "bool"
 
-    def __init__(self, *, enabled: "bool", reason: "str", mode: "str") -> "None":
+    def __init__(self, *, enabled: "bool", reason: "str", mode: "str", local: "bool" = False) -> "None":
         object.__setattr__(self, "enabled", enabled)
         object.__setattr__(self, "reason", reason)
         object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "local", local)
 
     def __setattr__(self, key: "str", value: "object") -> "None":
         msg = "Decision is immutable"
         raise AttributeError(msg)
 
     def __repr__(self) -> "str":
-        return f"Decision(enabled={self.enabled!r}, reason={self.reason!r}, mode={self.mode!r})"
+        local = ", local=True" if self.local else ""
+        return f"Decision(enabled={self.enabled!r}, reason={self.reason!r}, mode={self.mode!r}{local})"
 
     def __eq__(self, other: "object") -> "bool":
         if not isinstance(other, Decision):
             return NotImplemented
-        return (self.enabled, self.reason, self.mode) == (other.enabled, other.reason, other.mode)
+        return (self.enabled, self.reason, self.mode, self.local) == (
+            other.enabled,
+            other.reason,
+            other.mode,
+            other.local,
+        )
 
     def __hash__(self) -> "int":
-        return hash((self.enabled, self.reason, self.mode))
+        return hash((self.enabled, self.reason, self.mode, self.local))
 
     @property
     def hard_off(self) -> "bool":
@@ -394,11 +475,21 @@ def decide(
     policy: "dict[str, str] | None",
 ) -> "Decision":
     # Decide from already-read inputs. Pure: no I/O. ``None`` means "no such file".
-    policy_opt_in = policy is not None and policy.get("default", "").lower() in ("off", "0", "opt-in", "no")
-    mode = MODE_OPT_IN if policy_opt_in else MODE_OPT_OUT
+    default = "" if policy is None else policy.get("default", "").strip().lower()
+    mode = (
+        MODE_OPT_IN if default in ("off", "0", "opt-in", "no") else MODE_LOCAL if default == "local" else MODE_OPT_OUT
+    )
+    user_local = user is not None and user.get("mode", "").strip().lower() == "local"
 
     def off(reason: "str") -> "Decision":
         return Decision(enabled=False, reason=reason, mode=mode)
+
+    def on(reason: "str", local: "bool" = False) -> "Decision":
+        # Nothing is recorded that could never leave: with no destination from any source, reporting is off --
+        # unless the events are to stay here (local mode), where no destination is needed.
+        if not local and not has_destination(app, environ, user, policy):
+            return off("destination:none")
+        return Decision(enabled=True, reason=reason, mode=mode, local=local)
 
     if _truthy(environ.get(app.env_disable)):
         return off("env:" + app.env_disable)
@@ -414,13 +505,17 @@ def decide(
     if user_disable is not None and user_disable.strip() not in ("", "0"):
         return off("user:disable")
     if user_disable is not None and user_disable.strip() == "0":
-        return Decision(enabled=True, reason="user:enable", mode=mode)
+        return on("user:local", True) if user_local else on("user:enable")
     ci = _ci_variable(environ)
     if ci is not None:
         return off("ci:" + ci)
-    if policy_opt_in:
+    if mode == MODE_OPT_IN:
         return off("policy:opt-in")
-    return Decision(enabled=True, reason="default", mode=mode)
+    if user_local:
+        return on("user:local", True)
+    if mode == MODE_LOCAL:
+        return on("policy:local", True)
+    return on("default")
 
 
 def user_config_path(app: "App", environ: "Mapping[str, str] | None" = None) -> "str":
@@ -918,19 +1013,20 @@ def state_dir(app: "App", environ: "Mapping[str, str] | None" = None) -> "str":
 
 
 def ensure_client_id(
-    app: "App", user: "dict[str, str] | None", environ: "Mapping[str, str]"
+    app: "App", user: "dict[str, str] | None", environ: "Mapping[str, str]", notice: "bool" = False
 ) -> "tuple[str, bool] | None":
-    # The client id from the user file, creating it on first use. ``(id, created)`` or ``None``.
+    # The client id from the user file, creating it on first use: ``(id, show the notice now)`` or ``None``.
     #
-    # Creation appends ``client_id=<uuid4>`` under an exclusive lock on the config file itself, re-reading it
-    # first, so several first commands started together agree on one id and exactly one of them creates it
-    # (and prints the notice).
+    # The notice is due when the user has not seen this App's notice_version (a first run, or what is collected
+    # changed). Creating the id and recording notice_version= happen under an exclusive lock on the config file
+    # itself, re-reading it first, so several commands started together agree on one id and exactly one of them
+    # prints the notice (notice=True only: a caller that prints none records none as seen).
     cid = None if user is None else user.get("client_id")
-    if cid is not None and is_uuid4(cid):
+    if cid is not None and is_uuid4(cid) and (not notice or seen_notice_version(user) >= app.notice_version):
         return cid, False
-    from ._firstrun import create_client_id  # first run only: not worth importing every time
+    from ._firstrun import create_client_id  # first run (or a new notice) only: not worth importing every time
 
-    return create_client_id(app, environ)
+    return create_client_id(app, environ, notice=notice)
 
 
 def _int_setting(values: "dict[str, str] | None", key: "str", default: "int") -> "int":
@@ -956,24 +1052,30 @@ def record_event(
     user, policy = read_inputs(app, env)
     decision = decide(app, env, user, policy)
     if not decision.enabled:
+        if decision.reason == "destination:none" and _truthy(env.get(app.env_debug)):
+            # DEP 8's debug switch still shows what would be recorded; with nowhere to send it, nothing is
+            # written: the stored client id if there is one, else a random one that is not kept, and no notice.
+            cid = None if user is None else user.get("client_id")
+            when = time.time() if now is None else now
+            _echo(app, build_line(app, event, cid if cid and is_uuid4(cid) else uuid4(), when))
+            return True
         if decision.hard_off and _has_queued(state_dir(app, env)):
             from ._spool import purge_if_present  # rare: someone said no and events are queued
 
             purge_if_present(app, env)
         return False
-    got = ensure_client_id(app, user, env)
+    got = ensure_client_id(app, user, env, notice)
     if got is None:
         return False
-    client_id, created = got
+    client_id, show = got
     line = build_line(app, event, client_id, time.time() if now is None else now)
-    if created and notice:
+    if show:  # before the event is recorded
         from ._firstrun import notice_text
 
-        sys.stderr.write(notice_text(app))
+        sys.stderr.write(notice_text(app, local=decision.local))
         sys.stderr.flush()
     if _truthy(env.get(app.env_debug)):
-        sys.stderr.write(f"[{app.env_debug}] {line.decode('ascii')}")
-        sys.stderr.flush()
+        _echo(app, line)
         return True
     with Folder(state_dir(app, env), create=True) as folder:
         size = append(
@@ -983,25 +1085,35 @@ def record_event(
             max_bytes=_int_setting(user, "max_bytes", MAX_BYTES),
         )
         if (
-            has_destination(app, env, user, policy)
+            not decision.local  # local mode: recorded, never sent, no flusher
             and not getattr(sys, "frozen", False)  # `python -m` cannot relaunch a frozen executable
             and sys.executable
             and gate_open(folder, size, long_lived=long_lived, env=env, now=time.time())
         ):
-            lock = claim_flusher_lock(folder)  # None: a flusher is running
-            if lock is not None:
+            named = _named_endpoint(app, env, user, policy)
+            lock = None if refused_endpoint(named or app.endpoint) else claim_flusher_lock(folder)
+            if lock is not None:  # None: a flusher is running, or it could not send anywhere
                 try:
-                    # Only now pay for importing the spawn logic (1.4 M instructions); the child inherits
-                    # the lock, so no second flusher can start while this one is still starting up.
+                    # Only now pay for importing the spawn logic; the child inherits the lock, so no second
+                    # flusher can start while this one is still starting up.
                     from . import _spawn
 
-                    _spawn.start(app, folder, env, time.time(), lock_fd=lock)
+                    # An App's own default reaches the flusher, which knows the App only by its names.
+                    default = None if named else app.endpoint
+                    _spawn.start(
+                        app, folder, env, time.time(), lock_fd=lock, default_endpoint=default, long_lived=long_lived
+                    )
                 finally:
                     os.close(lock)
     return True
 
 
-# --- the spawn gate (docs/flusher.md): a flusher starts when (1) an endpoint is named, (2) the back-off on
+def _echo(app: "App", line: "bytes") -> "None":
+    sys.stderr.write(f"[{app.env_debug}] {line.decode('ascii')}")
+    sys.stderr.flush()
+
+
+# --- the spawn gate (docs/flusher.md): a flusher starts when (1) a destination exists, (2) the back-off on
 # disk has expired, (3) SPAWN_INTERVAL passed since the last spawn, unless the active spool is larger than
 # SPAWN_THRESHOLD_BYTES or the caller is long-lived (runserver), and (4) no flusher is running. The hook
 # decides it with three stats and a try-lock; _spawn does the spawning.
@@ -1037,10 +1149,31 @@ def _has_queued(path: "str") -> "bool":
 def has_destination(
     app: "App", env: "Mapping[str, str]", user: "dict[str, str] | None", policy: "dict[str, str] | None"
 ) -> bool:
-    # The cheap check: something names an endpoint (the flusher validates it).
-    if env.get(app.env_endpoint, "").strip():
-        return True
-    return any(values is not None and values.get("endpoint", "").strip() for values in (user, policy))
+    # The cheap check: something names an endpoint (_settings validates it; status says what is wrong with it).
+    return app.endpoint is not None or bool(_named_endpoint(app, env, user, policy))
+
+
+def _named_endpoint(
+    app: "App", env: "Mapping[str, str]", user: "dict[str, str] | None", policy: "dict[str, str] | None"
+) -> "str":
+    # The endpoint the environment, the user file or the policy names (each beats the App's default), or "".
+    named = env.get(app.env_endpoint, "").strip()
+    if not named:
+        for values in (user, policy):
+            named = "" if values is None else values.get("endpoint", "").strip()
+            if named:
+                break
+    return named
+
+
+def refused_endpoint(url: "str | None") -> "bool":
+    # Plain http:// to a host by name that is not localhost: _settings refuses it (https://, or plain http only to
+    # loopback), so no flusher is started just to find that out; the events stay queued and status says why. Any
+    # less clear-cut URL (an IP address, IPv6) is left to the flusher's full check. Tested against _settings.
+    if url is None or not url.startswith("http://"):
+        return False
+    host = url[7:].partition("/")[0].partition("?")[0].rpartition("@")[2].partition(":")[0].lower()
+    return host[:1].isalpha() and host != "localhost" and not host.endswith(".localhost")
 
 
 def _interval(env: "Mapping[str, str]") -> "float":

@@ -13,14 +13,16 @@ system policy file):
 
 ``<P>_ANALYTICS_ENDPOINT`` and ``<P>_ANALYTICS_TRANSPORT`` override the files.
 
-**Precedence.** The endpoint comes from the environment, else the user file, else the policy. The other keys
-come *from the same place as the endpoint*: a user who points ``endpoint`` at their own collector does not
-silently inherit a distributor's ``api_secret`` (and send it there), and a policy's endpoint is used with
-the policy's credentials. When the endpoint comes from the environment, the other keys are looked up in the
-user file, then the policy. ``<P>_ANALYTICS_TRANSPORT`` always wins for ``transport``.
+**Precedence.** The endpoint comes from the environment, else the user file, else the policy, else the
+integrator's default (:class:`~spool_reporter.App`'s ``endpoint``, a ``json`` collector). The other keys come
+*from the same place as the endpoint*: a user who points ``endpoint`` at their own collector does not silently
+inherit a distributor's ``api_secret`` (and send it there), and a policy's endpoint is used with the policy's
+credentials. When the endpoint comes from the environment, the other keys are looked up in the user file, then
+the policy. ``<P>_ANALYTICS_TRANSPORT`` always wins for ``transport``.
 
-An invalid setting is never "fixed up": it means *no destination*, with a reason that ``status`` prints, and
-events stay queued (bounded by the spool caps).
+With no endpoint from any of them, nothing is recorded at all (the consent rule ``destination:none``). A
+named but invalid setting is never "fixed up": it means *no destination*, with a reason that ``status``
+prints, and events stay queued (bounded by the spool caps) until it is fixed.
 
 This module also holds the flusher's tuning (:class:`Tuning`), whose environment variables exist so the
 tests can use sub-second deadlines and back-offs; they can only shorten the defaults, never lengthen them.
@@ -40,7 +42,16 @@ from . import _consent
 from ._app import App
 from .transports import NAMES
 
-__all__ = ["Destination", "Resolved", "Tuning", "is_loopback_host", "resolve", "tuning"]
+__all__ = [
+    "Destination",
+    "Resolved",
+    "Tuning",
+    "is_loopback_host",
+    "local_text",
+    "no_destination_text",
+    "resolve",
+    "tuning",
+]
 
 DEFAULT_TRANSPORT: Final = "json"
 """The self-hosted collector: the only destination that provably stores no IP address."""
@@ -61,7 +72,7 @@ class Destination:
     endpoint: str
     """The URL requests are POSTed to (GA4 adds ``measurement_id`` and ``api_secret`` to its query)."""
     source: str
-    """Where the endpoint came from: ``env:<VAR>``, ``user`` or ``policy``."""
+    """Where the endpoint came from: ``env:<VAR>``, ``user``, ``policy`` or ``app`` (the App's default)."""
     measurement_id: str | None = None
     api_secret: str | None = None
     tracking_id: str | None = None
@@ -112,27 +123,45 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+SHOWN_URL_CHARS: Final = 80
+"""A refused endpoint is quoted in ``status`` up to this many characters."""
+
+
+def _shown(url: str) -> str:
+    return repr(url if len(url) <= SHOWN_URL_CHARS else url[: SHOWN_URL_CHARS - 1] + "…")
+
+
 def _check_url(url: str) -> str | None:
-    """Why ``url`` is not acceptable, or ``None`` when it is."""
-    if len(url) > MAX_URL_CHARS or not url.isascii() or not url.isprintable() or " " in url:
-        return "the endpoint is not a plain ASCII URL"
+    """Why ``url`` is not acceptable (quoting it, saying what is wrong), or ``None`` when it is."""
+    shown = _shown(url)
+    if len(url) > MAX_URL_CHARS:
+        return f"the endpoint is {len(url)} characters long, more than {MAX_URL_CHARS}"
+    if not url.isascii() or not url.isprintable():
+        return f"the endpoint {shown} has characters a URL cannot hold (non-ASCII or control characters)"
+    if " " in url:
+        return f"the endpoint {shown} is not a URL: it contains a space"
     try:
         parts = urlsplit(url)
         host = parts.hostname
         port = parts.port  # raises ValueError on a bad port
-    except ValueError:
-        return "the endpoint is not a valid URL"
+    except ValueError as exc:
+        return f"the endpoint {shown} is not a valid URL ({exc})"
     del port
     if parts.scheme not in ("https", "http"):
-        return "the endpoint must be an https:// URL"
+        if not parts.scheme:
+            return f"the endpoint {shown} is not a URL: it must start with https://"
+        return f"the endpoint {shown} uses {parts.scheme}://; it must be an https:// URL"
     if not host:
-        return "the endpoint has no host"
+        return f"the endpoint {shown} has no host"
     if parts.username is not None or parts.password is not None:
-        return "the endpoint must not carry a user name or password"
+        return f"the endpoint {shown} carries a user name or password; it must not"
     if parts.fragment:
-        return "the endpoint must not have a #fragment"
+        return f"the endpoint {shown} has a #fragment; it must not"
     if parts.scheme == "http" and not is_loopback_host(host):
-        return "plain http:// is only allowed to a loopback host (127.0.0.1, ::1, localhost); use https://"
+        return (
+            f"the endpoint {shown} is plain http:// to {host}, which is only allowed to a loopback host "
+            "(127.0.0.1, ::1, localhost); use https://"
+        )
     return None
 
 
@@ -153,15 +182,22 @@ def resolve(
     user: dict[str, str] | None = None,
     policy: dict[str, str] | None = None,
     read_files: bool = True,
+    sending: bool = True,
 ) -> Resolved:
     """Find and validate the destination for ``app``.
 
     Reads the user file and the policy unless ``read_files`` is false (then ``user`` and ``policy`` are the
-    already-read mappings, ``None`` meaning "no such file"). Never raises for bad settings.
+    already-read mappings, ``None`` meaning "no such file"). Never raises for bad settings. In local mode
+    (events are kept on this machine) there is nothing to send to: no destination, unless ``sending`` is false
+    (``status`` and ``flush --dry-run`` ask where events *would* go).
     """
     env = os.environ if environ is None else environ
     if read_files:
         user, policy = _consent.read_inputs(app, env)
+    if sending:
+        decision = _consent.decide(app, env, user, policy)
+        if decision.enabled and decision.local:
+            return Resolved(destination=None, reason=local_text(app, decision))
     layers = (("user", _usable(user)), ("policy", _usable(policy)))
     endpoint = env.get(app.env_endpoint, "").strip()
     if endpoint:
@@ -177,12 +213,20 @@ def resolve(
                 values = {k: layer[k] for k in _KEYS if layer.get(k)}
                 break
         else:
-            return Resolved(destination=None, reason=f"no endpoint is configured (set endpoint= or {app.env_endpoint})")
+            if app.endpoint is None:
+                return Resolved(destination=None, reason=no_destination_text(app, env))
+            source, endpoint, values = "app", app.endpoint, {"transport": app.transport}
     transport = env.get(app.env_transport, "").strip() or values.get("transport", "").strip() or DEFAULT_TRANSPORT
     transport = transport.lower()
-    where = f"{app.env_endpoint}" if source.startswith("env:") else f"the {source} config file"
+    where = {
+        "user": "the user config file",
+        "policy": "the system policy",
+        "app": f"{app.name}'s default destination",
+    }.get(source, app.env_endpoint)
     if transport not in NAMES:
-        return Resolved(destination=None, reason=f"unknown transport {transport!r} (use {', '.join(NAMES)})")
+        return Resolved(
+            destination=None, reason=f"unknown transport {transport!r} (use {', '.join(NAMES)}; from {where})"
+        )
     problem = _check_url(endpoint)
     if problem is not None:
         return Resolved(destination=None, reason=f"{problem} (from {where})")
@@ -203,6 +247,18 @@ def resolve(
         tracking_id=creds["tracking_id"] or None if transport == "ua" else None,
     )
     return Resolved(destination=destination, reason=f"{transport} to {destination.redacted_url()} (from {where})")
+
+
+def local_text(app: App, decision: _consent.Decision) -> str:
+    """Why nothing is sent in local mode, and how to send."""
+    why = "you chose it" if decision.reason == "user:local" else "the system policy's default"
+    return f"local mode ({why}): events stay on this machine and are never sent; '{app.cli_name} enable' sends them"
+
+
+def no_destination_text(app: App, environ: Mapping[str, str] | None = None) -> str:
+    """What ``status`` says when nothing names a destination: nothing is recorded, and how to name one."""
+    path = _consent.user_config_path(app, environ)
+    return f"none configured: nothing is recorded until one is set (endpoint= in {path}, or {app.env_endpoint})"
 
 
 # --- tuning --------------------------------------------------------------------------------------------

@@ -6,8 +6,9 @@
 # and never logs. Do not log here.
 #
 # maybe_spawn() decides with a few stat calls:
-# 1. a destination is named (<P>_ANALYTICS_ENDPOINT, or endpoint= in the user file or the policy; the flusher
-#    validates it), this is not a flusher (no recursion), and not a frozen executable (`-m` cannot relaunch it);
+# 1. a destination is named (<P>_ANALYTICS_ENDPOINT, endpoint= in the user file or the policy, or the App's
+#    default; the flusher validates it) and is not plainly refused (plain http:// to a remote host by name), this
+#    is not a flusher (no recursion), and not a frozen executable (`-m` cannot relaunch it);
 # 2. the back-off has expired: GATE_NAME's mtime is the "not before" time the last failed flusher wrote;
 # 3. SPAWN_INTERVAL has passed since the last spawn (STAMP_NAME's mtime, touched *before* spawning so that
 #    concurrent commands do not all spawn) -- unless the active spool passed SPAWN_THRESHOLD_BYTES or the
@@ -15,13 +16,27 @@
 # 4. no flusher is running: a non-blocking flock on FLUSHER_LOCK_NAME succeeds (released at once; the flusher
 #    takes the same lock through filelock for its whole life).
 # The child: `nice -n 19 python -P -m spool_reporter._flush --app <slug> ...` in a new session, stdio on the
-# null device, no inherited descriptors (so `django-admin startproject x | cat` ends with the command), its
-# working directory in the spool folder (`-m` puts the working directory on sys.path on Python < 3.11: the
-# user's project must never shadow a module), and SPOOL_REPORTER_FLUSHER=1 in its environment. Windows:
-# CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW | BELOW_NORMAL_PRIORITY_CLASS. A daemon thread wait()s for the
-# child, so a long-lived parent keeps no zombie and a short-lived one does not wait for it.
-
-from __future__ import annotations
+# null device, no inherited descriptors but the locked flusher.lock (so `django-admin startproject x | cat`
+# ends with the command), its working directory in the spool folder (`-m` puts the working directory on
+# sys.path on Python < 3.11: the user's project must never shadow a module), and SPOOL_REPORTER_FLUSHER=1 in its
+# environment. Windows: CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW | BELOW_NORMAL_PRIORITY_CLASS.
+#
+# How, on POSIX: os.posix_spawn, not subprocess. Importing subprocess costs a small command line ~12 ms (it pulls
+# in signal, threading, selectors, contextlib...; Django has paid for it already, a plain tool has not), which was
+# most of what a flusher-starting run added (benchmarks/bench_spawn.py). posix_spawn(setsid=True) starts the
+# new session (Python 3.8+, so 3.10 too); file actions put stdio on the null device, close every other
+# inheritable descriptor (POSIX_SPAWN_CLOSEFROM where Python 3.13 and the C library have it, else one close per
+# inheritable descriptor listed in /proc/self/fd or /dev/fd) and dup2 the lock to a fixed low number, which also
+# clears its close-on-exec flag. posix_spawn has no working-directory action, so the child is `/bin/sh -c
+# 'cd -- "$1" && shift && exec "$@"'` followed by the command: the shell changes directory and execs `nice`,
+# which execs Python, all in the same process (one session, one autogroup to renice). Where posix_spawn, its
+# setsid or /bin/sh is missing, subprocess does it as before (and always on Windows).
+#
+# No zombie: a daemon thread waits for the child when the parent is long-lived (the caller said so; importing
+# threading is then worth it) or has threading loaded already (Django, servers, most long-running programs).
+# Otherwise the parent is a short command: importing threading would cost it ~3-5 ms, and when it exits its
+# child goes to init, which reaps it; until then the ended flusher may show as a zombie, and the next start in
+# the same process reaps earlier children (waitpid WNOHANG, never another process's children).
 
 import os
 import sys
@@ -38,10 +53,12 @@ from ._hot import (
     SPAWN_INTERVAL_ENV,
     SPAWN_THRESHOLD_BYTES,
     STAMP_NAME,
+    _named_endpoint,
     claim_flusher_lock,
     due,
     gate_open,
     has_destination,
+    refused_endpoint,
 )
 
 TYPE_CHECKING = False
@@ -72,38 +89,52 @@ __all__ = [
     "has_destination",
     "maybe_spawn",
     "nice_command",
+    "posix_plan",
+    "refused_endpoint",
     "spawn_spec",
     "start",
 ]
 
 # Windows process creation flags (winbase.h), spelled out: subprocess defines them only on Windows.
-CREATE_NEW_PROCESS_GROUP: Final = 0x00000200
-CREATE_NO_WINDOW: Final = 0x08000000
-BELOW_NORMAL_PRIORITY_CLASS: Final = 0x00004000
+CREATE_NEW_PROCESS_GROUP: "Final" = 0x00000200
+CREATE_NO_WINDOW: "Final" = 0x08000000
+BELOW_NORMAL_PRIORITY_CLASS: "Final" = 0x00004000
 
 # POSIX nice lowers the priority before the interpreter starts. Measured on a busy 2-core machine, a flusher
 # started at normal priority slowed the next `django -m --version` by ~95 ms (its interpreter start and
 # urllib3/filelock imports alone), one started under `nice -n 19` by ~4 ms; the flusher also calls os.nice.
-NICE_PATHS: Final = ("/usr/bin/nice", "/bin/nice")
+NICE_PATHS: "Final" = ("/usr/bin/nice", "/bin/nice")
 
-_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
-_TOUCH_FLAGS: Final = os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | getattr(os, "O_NONBLOCK", 0)
+_O_NOFOLLOW: "Final" = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC: "Final" = getattr(os, "O_CLOEXEC", 0)
+_TOUCH_FLAGS: "Final" = os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | getattr(os, "O_NONBLOCK", 0)
+
+
+# The shell's script between posix_spawn and `nice`: change to the spool folder ("$1"), then become the command.
+_CD_THEN_EXEC: "Final" = 'cd -- "$1" && shift && exec "$@"'
+_SH: "Final" = "/bin/sh"
+# The descriptor number flusher.lock has in the child (announced in SPOOL_REPORTER_FLUSHER_LOCK_FD); 4 when the
+# parent's copy is 3 already, so that dup2 always changes the number (dup2 onto itself would keep close-on-exec).
+_LOCK_TARGET: "Final" = 3
+# Children started without a reaper thread; the next start in this process reaps those that ended.
+_UNREAPED: "list[int]" = []
 
 
 class SpawnSpec:
-    # Everything subprocess.Popen is given, computed by the pure spawn_spec() so tests check every platform.
-    __slots__ = ("args", "creationflags", "cwd", "env", "pass_fds", "start_new_session")
+    # Everything the child is started with, computed by the pure spawn_spec() so tests check every platform.
+    # long_lived: the parent lives long, so a thread reaps the child even if threading is not loaded yet.
+    __slots__ = ("args", "creationflags", "cwd", "env", "long_lived", "pass_fds", "start_new_session")
 
     def __init__(
         self,
         *,
-        args: list[str],
-        env: dict[str, str],
-        cwd: str | None,
+        args: "list[str]",
+        env: "dict[str, str]",
+        cwd: "str | None",
         start_new_session: bool,
         creationflags: int,
-        pass_fds: tuple[int, ...] = (),
+        pass_fds: "tuple[int, ...]" = (),
+        long_lived: bool = False,
     ) -> None:
         self.args = args
         self.env = env
@@ -111,9 +142,10 @@ class SpawnSpec:
         self.start_new_session = start_new_session
         self.creationflags = creationflags
         self.pass_fds = pass_fds
+        self.long_lived = long_lived
 
 
-def nice_command() -> list[str]:
+def nice_command() -> "list[str]":
     # [nice, "-n", "19"] when POSIX nice exists, else [] (the flusher still lowers its own priority).
     for path in NICE_PATHS:
         if os.path.exists(path):
@@ -121,7 +153,7 @@ def nice_command() -> list[str]:
     return []
 
 
-def flusher_args(app: App, executable: str, *, safe_path: bool, nice: list[str] | None = None) -> list[str]:
+def flusher_args(app: "App", executable: str, *, safe_path: bool, nice: "list[str] | None" = None) -> "list[str]":
     # The flusher's command line. safe_path adds -P (Python 3.11+: the working directory is not on sys.path).
     return [
         *(nice or []),
@@ -141,32 +173,52 @@ def flusher_args(app: App, executable: str, *, safe_path: bool, nice: list[str] 
 
 
 def spawn_spec(
-    app: App,
+    app: "App",
     *,
     executable: str,
-    environ: Mapping[str, str],
-    cwd: str | None,
+    environ: "Mapping[str, str]",
+    cwd: "str | None",
     windows: bool,
     safe_path: bool = False,
-    nice: list[str] | None = None,
-    lock_fd: int | None = None,
-) -> SpawnSpec:
+    nice: "list[str] | None" = None,
+    lock_fd: "int | None" = None,
+    default_endpoint: "str | None" = None,
+    long_lived: bool = False,
+) -> "SpawnSpec":
     # How to start the flusher, as Popen arguments. On POSIX the already-locked flusher.lock descriptor is
     # passed on (the only descriptor the child inherits); Windows locks are not inherited that way.
+    # default_endpoint: the App's own default destination, in effect because nothing else names one. The
+    # flusher rebuilds the App from its names alone, so the default travels as <P>_ANALYTICS_ENDPOINT (with the
+    # App's transport unless the environment names one): the destination the flusher resolves is the one
+    # this process would.
     args = flusher_args(app, executable, safe_path=safe_path, nice=nice)
     env = dict(environ)
     env[FLUSHER_ENV] = "1"
     env.pop(FLUSHER_LOCK_FD_ENV, None)
+    if default_endpoint is not None:
+        env[app.env_endpoint] = default_endpoint
+        if not env.get(app.env_transport, "").strip():
+            env[app.env_transport] = app.transport
     if windows:
         flags = CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW | BELOW_NORMAL_PRIORITY_CLASS
-        return SpawnSpec(args=args, env=env, cwd=cwd, start_new_session=False, creationflags=flags)
+        return SpawnSpec(
+            args=args, env=env, cwd=cwd, start_new_session=False, creationflags=flags, long_lived=long_lived
+        )
     if lock_fd is not None:
         env[FLUSHER_LOCK_FD_ENV] = str(lock_fd)
     pass_fds = () if lock_fd is None else (lock_fd,)
-    return SpawnSpec(args=args, env=env, cwd=cwd, start_new_session=True, creationflags=0, pass_fds=pass_fds)
+    return SpawnSpec(
+        args=args,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        creationflags=0,
+        pass_fds=pass_fds,
+        long_lived=long_lived,
+    )
 
 
-def _touch(folder: Folder, name: str, when: float) -> None:
+def _touch(folder: "Folder", name: str, when: float) -> None:
     fd = folder.open(name, _TOUCH_FLAGS)
     try:
         if os.utime in os.supports_fd:
@@ -178,14 +230,14 @@ def _touch(folder: Folder, name: str, when: float) -> None:
 
 
 def maybe_spawn(
-    app: App,
-    folder: Folder,
+    app: "App",
+    folder: "Folder",
     active_size: int,
     *,
     long_lived: bool,
-    environ: Mapping[str, str] | None = None,
-    user: dict[str, str] | None = None,
-    policy: dict[str, str] | None = None,
+    environ: "Mapping[str, str] | None" = None,
+    user: "dict[str, str] | None" = None,
+    policy: "dict[str, str] | None" = None,
 ) -> bool:
     """Start a flusher if one is due; whether one was started. The hook catches anything raised here."""
     env = os.environ if environ is None else environ
@@ -193,21 +245,35 @@ def maybe_spawn(
         return False
     if not has_destination(app, env, user, policy):
         return False
+    named = _named_endpoint(app, env, user, policy)
+    if refused_endpoint(named or app.endpoint):
+        return False
     now = time.time()
     if not gate_open(folder, active_size, long_lived=long_lived, env=env, now=now):
         return False
     lock = claim_flusher_lock(folder)
     if lock is None:  # a flusher is running
         return False
+    default = None if named else app.endpoint
     try:
-        return start(app, folder, env, now, lock_fd=lock)
+        return start(app, folder, env, now, lock_fd=lock, default_endpoint=default, long_lived=long_lived)
     finally:
         os.close(lock)
 
 
-def start(app: App, folder: Folder, env: Mapping[str, str], now: float, *, lock_fd: int | None = None) -> bool:
-    """Start a flusher now (the gate said yes): stamp the time, then spawn. The hook calls this directly,
-    holding ``flusher.lock`` as ``lock_fd``, which the child inherits (the caller closes its copy)."""
+def start(
+    app: "App",
+    folder: "Folder",
+    env: "Mapping[str, str]",
+    now: float,
+    *,
+    lock_fd: "int | None" = None,
+    default_endpoint: "str | None" = None,
+    long_lived: bool = False,
+) -> bool:
+    # Start a flusher now (the gate said yes): stamp the time, then spawn. The hook calls this directly, holding
+    # flusher.lock as lock_fd, which the child inherits (the caller closes its copy); default_endpoint is the
+    # App's default destination when nothing else names one; long_lived: the caller lives long (runserver).
     _touch(folder, STAMP_NAME, now)
     windows = sys.platform == "win32"
     spec = spawn_spec(
@@ -219,11 +285,126 @@ def start(app: App, folder: Folder, env: Mapping[str, str], now: float, *, lock_
         safe_path=sys.version_info >= (3, 11),
         nice=None if windows else nice_command(),
         lock_fd=None if windows else lock_fd,
+        default_endpoint=default_endpoint,
+        long_lived=long_lived,
     )
     return _start(spec)
 
 
-def _popen(spec: SpawnSpec) -> subprocess.Popen[bytes]:
+def _renice_autogroup(pid: int) -> None:
+    # Linux autogroups share the CPU between sessions before nice values count, so a new session at nice 19 still
+    # takes a full share from the user's next command while Python starts (measured +50-90 ms on a busy 2-core
+    # machine). Renice the child's new group now, before its interpreter starts (the spawn returns once the
+    # first program is exec'd); the flusher does it again itself. A kernel without autogroups has no file.
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        fd = os.open(f"/proc/{pid}/autogroup", os.O_WRONLY | _O_CLOEXEC)
+        try:
+            os.write(fd, b"19")
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _inheritable_fds() -> "list[int] | None":
+    # This process's open inheritable descriptors above stderr, or None when they cannot be listed.
+    for listing in ("/proc/self/fd", "/dev/fd"):
+        try:
+            names = os.listdir(listing)
+        except OSError:
+            continue
+        found = []
+        for name in names:
+            fd = int(name) if name.isdigit() else -1
+            if fd > 2:
+                try:
+                    if os.get_inheritable(fd):
+                        found.append(fd)
+                except OSError:  # the listing's own descriptor, closed by now
+                    continue
+        return found
+    return None
+
+
+def posix_plan(
+    spec: "SpawnSpec", inheritable: "list[int] | None", *, closefrom: "int | None"
+) -> "tuple[list[str], dict[str, str], list[tuple[object, ...]]] | None":
+    # What os.posix_spawn is given for spec, or None if it cannot give the same guarantees (then subprocess does):
+    # (argv, env, file actions). inheritable: the descriptors _inheritable_fds() found; closefrom: the value of
+    # os.POSIX_SPAWN_CLOSEFROM where Python and the C library have it. Pure, for the tests.
+    actions: list[tuple[object, ...]] = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+    ]
+    env = dict(spec.env)
+    keep = -1
+    if spec.pass_fds:
+        (lock,) = spec.pass_fds
+        keep = _LOCK_TARGET if lock != _LOCK_TARGET else _LOCK_TARGET + 1
+        env[FLUSHER_LOCK_FD_ENV] = str(keep)
+    if closefrom is not None:
+        if keep >= 0:
+            actions.append((os.POSIX_SPAWN_DUP2, spec.pass_fds[0], keep))
+        # Below keep there is at most fd 3: the parent's own lock, opened close-on-exec.
+        actions.append((closefrom, max(keep, _LOCK_TARGET - 1) + 1))
+    elif inheritable is None:
+        return None
+    else:
+        actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in inheritable if fd != keep]
+        if keep >= 0:
+            actions.append((os.POSIX_SPAWN_DUP2, spec.pass_fds[0], keep))
+    argv = [_SH, "-c", _CD_THEN_EXEC, "spool_reporter-flusher", spec.cwd, *spec.args] if spec.cwd else spec.args
+    return argv, env, actions
+
+
+def _reap_ended() -> None:
+    for pid in list(_UNREAPED):
+        try:
+            done = os.waitpid(pid, os.WNOHANG)[0] != 0
+        except ChildProcessError:
+            done = True
+        if done:
+            _UNREAPED.remove(pid)
+
+
+def _reap_later(pid: int, long_lived: bool) -> None:
+    # A daemon thread waits for the child if threading is loaded already or the parent lives long; otherwise the
+    # short command's exit hands the child to init (see the top of this module).
+    threading = sys.modules.get("threading")
+    if threading is None and long_lived:
+        import threading
+    if threading is None:
+        _UNREAPED.append(pid)
+        return
+    threading.Thread(target=os.waitpid, args=(pid, 0), name="spool_reporter-reaper", daemon=True).start()
+
+
+def _posix_spawn(spec: "SpawnSpec") -> "bool | None":
+    # Start the child with os.posix_spawn: True, False on failure, None where posix_spawn cannot do it here.
+    spawn = getattr(os, "posix_spawn", None)
+    if spawn is None or not spec.start_new_session or not os.path.exists(_SH):
+        return None
+    closefrom = getattr(os, "POSIX_SPAWN_CLOSEFROM", None)
+    plan = posix_plan(spec, None if closefrom is not None else _inheritable_fds(), closefrom=closefrom)
+    if plan is None:
+        return None
+    argv, env, actions = plan
+    _reap_ended()
+    try:
+        pid = spawn(argv[0], argv, env, file_actions=actions, setsid=True)
+    except NotImplementedError:  # no POSIX_SPAWN_SETSID in this C library
+        return None
+    except OSError:
+        return False
+    _renice_autogroup(pid)
+    _reap_later(pid, spec.long_lived)
+    return True
+
+
+def _popen(spec: "SpawnSpec") -> "subprocess.Popen[bytes]":
     import subprocess
 
     child = subprocess.Popen(
@@ -238,23 +419,16 @@ def _popen(spec: SpawnSpec) -> subprocess.Popen[bytes]:
         start_new_session=spec.start_new_session,
         creationflags=spec.creationflags,
     )
-    if spec.start_new_session and sys.platform.startswith("linux"):
-        # Linux autogroups share the CPU between sessions before nice values count, so a new session at nice 19
-        # still takes a full share from the user's next command while Python starts (measured +50-90 ms on a
-        # busy 2-core machine). Renice the child's new group now, before its interpreter starts (Popen returns
-        # once `nice` is exec'd); the flusher does it again itself. A kernel without autogroups has no file.
-        try:
-            fd = os.open(f"/proc/{child.pid}/autogroup", os.O_WRONLY | _O_CLOEXEC)
-            try:
-                os.write(fd, b"19")
-            finally:
-                os.close(fd)
-        except OSError:
-            pass
+    if spec.start_new_session:
+        _renice_autogroup(child.pid)
     return child
 
 
-def _start(spec: SpawnSpec) -> bool:
+def _start(spec: "SpawnSpec") -> bool:
+    if sys.platform != "win32":
+        started = _posix_spawn(spec)
+        if started is not None:
+            return started
     import threading
 
     try:

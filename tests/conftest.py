@@ -2,6 +2,11 @@
 
 CI runs with ``CI=true``; tests of enabled reporting therefore build their environment explicitly with
 :func:`clean_environ` (no CI markers, no opt-out switches) instead of inheriting the runner's.
+
+Nothing is recorded without a destination (the consent rule ``destination:none``), so the environment names
+one, :data:`SANDBOX_ENDPOINT`: plain http to a remote host, which the flusher refuses, so the hook never starts
+a flusher for it and nothing can be sent -- recording works as for a user with a destination, and a test that
+sends names a real loopback server instead (``servers.with_destination``).
 """
 
 from __future__ import annotations
@@ -41,8 +46,13 @@ _STRIP = {
 }
 
 
+SANDBOX_ENDPOINT = "http://sandbox.invalid/v1/batch"
+"""Named, so events are recorded; refused (plain http to a remote host), so no flusher starts and nothing leaves."""
+
+
 def clean_environ(home: Path) -> dict[str, str]:
-    """This process's environment without CI markers, opt-outs or proxies, with ``home`` as the user's home."""
+    """This process's environment without CI markers, opt-outs or proxies, with ``home`` as the user's home
+    and :data:`SANDBOX_ENDPOINT` as Django's destination."""
     env = {k: v for k, v in os.environ.items() if k not in _STRIP and not k.startswith(_STRIP_PREFIXES)}
     env.update(
         HOME=str(home),
@@ -50,6 +60,7 @@ def clean_environ(home: Path) -> dict[str, str]:
         XDG_STATE_HOME=str(home / "state"),
         XDG_CONFIG_DIRS=str(home / "etc-xdg"),
         PYTHONDONTWRITEBYTECODE="1",
+        DJANGO_ANALYTICS_ENDPOINT=SANDBOX_ENDPOINT,
     )
     if PACKAGE_FROM_CHECKOUT:
         # Developing without installing: let subprocesses import the same checkout.

@@ -403,11 +403,17 @@ def wait_for(predicate: Any, timeout: float = 10.0, what: str = "condition") -> 
 # --- spool helpers -------------------------------------------------------------------------------------
 
 
+REFUSED_ENDPOINT = "http://fill.invalid/v1/batch"
+"""The destination :func:`fill` records with: reporting records nothing without one, and plain http to a remote
+host is refused (``_settings``), so the hook starts no flusher for it and nothing is ever sent."""
+
+
 def fill(app: Any, env: dict[str, str], count: int, *, now: float | None = None, event: str = "startproject") -> None:
-    """Record ``count`` events in-process (no destination in ``env``, so no flusher starts)."""
+    """Record ``count`` events in-process, with a destination but no flusher (:data:`REFUSED_ENDPOINT` in the
+    environment, which beats the files)."""
     from spool_reporter._hook import record_event
 
-    quiet = {k: v for k, v in env.items() if not k.endswith("_ANALYTICS_ENDPOINT")}
+    quiet = {**env, app.env_endpoint: REFUSED_ENDPOINT}
     for _ in range(count):
         assert record_event(event, app=app, environ=quiet, now=now)
 

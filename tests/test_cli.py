@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PACKAGE_FROM_CHECKOUT
+from conftest import PACKAGE_FROM_CHECKOUT, Sandbox
 
 from spool_reporter import App, __version__, record
 from spool_reporter._spool import Folder, read_counters
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from conftest import Sandbox
 
 
 def spool_command() -> list[str]:
@@ -50,7 +49,7 @@ def test_help_for_every_command(sandbox: Sandbox, command: list[str]) -> None:
     result = cli(sandbox, *command, "--help")
     assert result.returncode == 0
     assert result.stdout.startswith("usage: django-spool")
-    assert "exit status: 0 success, 1 failure, 2 usage error." in result.stdout
+    assert "exit status: 0 success, 1 failure, 2 usage error (141: the output pipe closed early)." in result.stdout
 
 
 @pytest.mark.parametrize("args", [[], ["frobnicate"], ["status", "--bogus"], ["flush", "--dry-run", "extra"]], ids=str)
@@ -61,22 +60,78 @@ def test_bad_usage_exits_2_on_stderr(sandbox: Sandbox, args: list[str]) -> None:
     assert "usage: django-spool" in result.stderr
 
 
+def unnamed(sandbox: Sandbox, **extra: str) -> dict[str, str]:
+    """The sandbox's environment without its destination (and with ``extra``)."""
+    return {**{k: v for k, v in sandbox.env.items() if k != "DJANGO_ANALYTICS_ENDPOINT"}, **extra}
+
+
 def test_status_default_opt_out(sandbox: Sandbox, app: App) -> None:
-    result = cli(sandbox, "status", "--json")
+    env = unnamed(sandbox, DJANGO_ANALYTICS_ENDPOINT="https://collector.example/v1/batch")
+    result = cli(sandbox, "status", "--json", env=env)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["enabled"] is True
     assert data["reason"] == "default"
     assert data["mode"] == "opt-out"
     assert data["queued"] == 0
-    assert data["endpoint"] is None
+    assert data["endpoint"] == "https://collector.example/v1/batch"
     assert {"dropped", "last_flush", "next_retry"} <= set(data)
-    text = cli(sandbox, "status")
+    text = cli(sandbox, "status", env=env)
     assert text.returncode == 0
     assert text.stdout.startswith("reporting:     on - on by default (opt-out)")
     # status writes nothing: no config, no spool folder
     assert not sandbox.config_dir.exists()
     assert not (sandbox.home / "state").exists()
+
+
+def test_status_without_a_destination_says_nothing_is_recorded(sandbox: Sandbox, app: App) -> None:
+    result = cli(sandbox, "status", env=unnamed(sandbox))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == (
+        "reporting:     off - no destination configured: nothing is recorded until an endpoint is set "
+        "[destination:none]"
+    )
+    assert lines[2] == (
+        f"destination:   none configured: nothing is recorded until one is set (endpoint= in "
+        f"{sandbox.user_file(app)}, or DJANGO_ANALYTICS_ENDPOINT)"
+    )
+    data = json.loads(cli(sandbox, "status", "--json", env=unnamed(sandbox)).stdout)
+    assert (data["enabled"], data["reason"], data["endpoint"]) == (False, "destination:none", None)
+    enable = cli(sandbox, "enable", env=unnamed(sandbox))
+    assert enable.returncode == 1
+    assert "Reporting stays off: no destination configured" in enable.stdout
+    assert f"endpoint= in {sandbox.user_file(app)}" in enable.stdout
+
+
+@pytest.mark.parametrize(
+    ("setting", "env", "line", "text"),
+    [
+        pytest.param("disable=maybe\n", {}, 0,
+                     "reporting:     off - you turned it off (disable=maybe in your config file; any value but "
+                     "empty or 0 means off) [user:disable]", id="disable=maybe"),
+        pytest.param("", {"DJANGO_ANALYTICS_ENDPOINT": "not a url"}, 2,
+                     "destination:   the endpoint 'not a url' is not a URL: it contains a space "
+                     "(from DJANGO_ANALYTICS_ENDPOINT)", id="not-a-url"),
+        pytest.param("", {"DJANGO_ANALYTICS_ENDPOINT": "collector.example/v1/batch"}, 2,
+                     "destination:   the endpoint 'collector.example/v1/batch' is not a URL: it must start with "
+                     "https:// (from DJANGO_ANALYTICS_ENDPOINT)", id="no-scheme"),
+        pytest.param("endpoint=ftp://collector.example/\n", {}, 2,
+                     "destination:   the endpoint 'ftp://collector.example/' uses ftp://; it must be an https:// "
+                     "URL (from the user config file)", id="ftp"),
+        pytest.param("", {"DO_NOT_TRACK": "yes"}, 0,
+                     "reporting:     off - the environment variable DO_NOT_TRACK is set (DO_NOT_TRACK=yes; any "
+                     "value but empty or 0 means off) [env:DO_NOT_TRACK]", id="dnt=yes"),
+    ],
+)  # fmt: skip
+def test_status_says_what_the_value_is_and_why_it_was_refused(
+    sandbox: Sandbox, app: App, setting: str, env: dict[str, str], line: int, text: str
+) -> None:
+    if setting:
+        sandbox.write_user(app, setting)
+    result = cli(sandbox, "status", env=unnamed(sandbox, **env))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[line] == text
 
 
 def test_status_counts_queue_and_drops(sandbox: Sandbox, app: App) -> None:
@@ -130,7 +185,8 @@ def test_disable_keeps_other_keys_and_deletes_the_queue(sandbox: Sandbox, app: A
     assert result.returncode == 0, result.stderr
     assert result.stdout.endswith("Reporting is off.\nDeleted 4 queued events.\n")
     after = sandbox.user_file(app).read_text()
-    assert after == f"# my settings\nendpoint=http://127.0.0.1:9/v1/batch\ndisable=1\n{client_id}\n"
+    # record() without notice=True created the id and noted that no notice was shown (notice_version=0).
+    assert after == f"# my settings\nendpoint=http://127.0.0.1:9/v1/batch\ndisable=1\n{client_id}\nnotice_version=0\n"
     assert sandbox.spool_lines(app) == []
     assert not record("startproject", app=app, environ=sandbox.env)
     assert cli(sandbox, "enable").returncode == 0
@@ -210,3 +266,113 @@ def test_a_spool_locked_by_another_process(sandbox: Sandbox, app: App) -> None:
     assert (purge.returncode, out) == (0, "Deleted 2 queued events.\n"), err
     with Folder(str(sandbox.state_dir(app)), create=False) as folder:
         assert read_counters(folder) == {}
+
+
+# --- a closed pipe (issue 16, item 1) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "PYTHONUNBUFFERED"])
+@pytest.mark.parametrize(
+    "args",
+    [["status"], ["status", "--json"], ["flush", "--dry-run"], ["flush", "--dry-run", "--json"], ["--help"], ["purge"]],
+    ids=" ".join,
+)
+def test_a_closed_pipe_ends_quietly_with_the_sigpipe_status(
+    sandbox: Sandbox, app: App, args: list[str], buffered: bool
+) -> None:
+    """The reader is gone before the first byte (a `| head -1` that already exited): no message, no traceback,
+    and the status a shell reports for a command ended by SIGPIPE, whatever the output path."""
+    queue(sandbox, app, 20)
+    env = {k: v for k, v in sandbox.env.items() if k != "PYTHONUNBUFFERED"}
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [*spool_command(), *args], stdout=write_end, stderr=subprocess.PIPE, env=env, timeout=60, check=False
+        )
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (141, b"")
+
+
+def test_head_of_a_pipeline(sandbox: Sandbox, app: App) -> None:
+    """`django-spool flush --dry-run | head -2` as a user types it: two lines, nothing on stderr."""
+    queue(sandbox, app, 200)
+    command = f"{' '.join(spool_command())} flush --dry-run | head -2"
+    result = subprocess.run(
+        ["sh", "-c", command], env=sandbox.env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0
+    assert result.stdout.startswith("200 queued events; nothing is sent by --dry-run.\n")
+    assert len(result.stdout.splitlines()) == 2
+    assert result.stderr == ""
+
+
+# --- an unreadable spool folder, as an unprivileged user (issue 16, item 2) ----------------------------
+
+AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
+
+
+def _nobody_can_run_python() -> bool:
+    """Root with setpriv, and an interpreter an unprivileged user can start (a pyenv build under /root may
+    load its libpython from a folder only root can enter)."""
+    if not (sys.platform.startswith("linux") and os.geteuid() == 0 and shutil.which("setpriv")):
+        return False
+    probe = subprocess.run([*AS_NOBODY, *spool_command(), "--version"], capture_output=True, timeout=60, check=False)
+    return probe.returncode == 0
+
+
+ROOT_WITH_SETPRIV = _nobody_can_run_python()
+
+
+@pytest.fixture
+def nobody_sandbox() -> Iterator[Sandbox]:
+    """A sandbox that the unprivileged user ``nobody`` owns (root ignores file modes, so these run as nobody)."""
+    root = Path(tempfile.mkdtemp(prefix="spool-nobody-"))
+    try:
+        root.chmod(0o755)
+        sb = Sandbox(root)
+        yield sb
+    finally:
+        for path in [root, *root.rglob("*")]:
+            if path.is_dir() and not path.is_symlink():
+                path.chmod(0o700)
+        shutil.rmtree(root)
+
+
+@pytest.mark.skipif(not ROOT_WITH_SETPRIV, reason="needs root, setpriv and a Python the unprivileged user can run")
+@pytest.mark.parametrize("locked", ["spool folder", "its parent"])
+def test_an_unreadable_spool_folder_says_why_and_fails(nobody_sandbox: Sandbox, app: App, locked: str) -> None:
+    sb = nobody_sandbox
+    queue(sb, app, 2)
+    subprocess.run(["chown", "-R", "nobody:nogroup", str(sb.home)], check=True, timeout=30)
+    folder = sb.state_dir(app)
+    blocked = folder if locked == "spool folder" else folder.parent
+    blocked.chmod(0)
+    cause = f"cannot read the spool folder {folder}: permission denied"
+    if blocked != folder:
+        cause += f" ({blocked} cannot be entered)"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*AS_NOBODY, *spool_command(), *args], env=sb.env, capture_output=True, text=True, timeout=60, check=False
+        )
+
+    status = run("status")
+    assert status.returncode == 1
+    assert "queued:        unknown (the spool folder cannot be read)" in status.stdout
+    assert "last flush:    unknown" in status.stdout
+    assert status.stderr == f"django-spool: {cause}\n"
+    data = run("status", "--json")
+    assert data.returncode == 1
+    doc = json.loads(data.stdout)
+    assert (doc["queued"], doc["dropped"], doc["last_result"], doc["problem"]) == (None, None, None, cause)
+    for args in (["purge"], ["flush"], ["flush", "--dry-run"], ["flush", "--dry-run", "--json"], ["disable"]):
+        result = run(*args)
+        assert result.returncode == 1, (args, result.stdout, result.stderr)
+        assert result.stderr.endswith(f"django-spool: {cause}\n"), (args, result.stderr)
+        assert result.stderr.count(str(folder)) == 1, (args, result.stderr)  # the path, once
+        assert "sent 0" not in result.stdout, args  # no made-up answer
+        assert '"events": []' not in result.stdout, args

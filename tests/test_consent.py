@@ -10,7 +10,7 @@ import pytest
 
 from spool_reporter import App, decide
 from spool_reporter._config import BROKEN, MAX_CONFIG_BYTES, parse, read
-from spool_reporter._consent import CI_VARIABLES, Decision
+from spool_reporter._consent import CI_VARIABLES, Decision, explain
 from spool_reporter._consent import decide as pure_decide
 
 TYPE_CHECKING = False
@@ -51,6 +51,10 @@ CASES = [
 ]
 
 
+DEST = {"DJANGO_ANALYTICS_ENDPOINT": "https://collector.example/v1/batch"}
+"""A destination, so that the cases above are decided by the rules they name (without one, "on" is off)."""
+
+
 @pytest.mark.parametrize(("environ", "user", "policy", "expected"), CASES)
 def test_decide(
     app: App,
@@ -59,18 +63,90 @@ def test_decide(
     policy: dict[str, str] | None,
     expected: Decision,
 ) -> None:
-    assert pure_decide(app, environ, user, policy) == expected
+    assert pure_decide(app, {**DEST, **environ}, user, policy) == expected
+
+
+ENDPOINT = "https://collector.example/v1/batch"
+TOOL_WITH_DEFAULT = App(name="MyTool", version="1.0", endpoint=ENDPOINT)
+
+DESTINATION_CASES = [
+    pytest.param(None, {}, None, None, d(False, "destination:none"), id="none-anywhere"),
+    pytest.param(None, {"DJANGO_ANALYTICS_ENDPOINT": " "}, None, None, d(False, "destination:none"), id="env-blank"),
+    pytest.param(None, {}, {"endpoint": ""}, None, d(False, "destination:none"), id="user-empty"),
+    pytest.param(None, {"DJANGO_ANALYTICS_ENDPOINT": ENDPOINT}, None, None, d(True, "default"), id="env"),
+    pytest.param(None, {}, {"endpoint": ENDPOINT}, None, d(True, "default"), id="user-file"),
+    pytest.param(None, {}, None, {"endpoint": ENDPOINT}, d(True, "default"), id="policy"),
+    pytest.param(TOOL_WITH_DEFAULT, {}, None, None, d(True, "default"), id="app-default"),
+    pytest.param(None, {}, {"disable": "0"}, None, d(False, "destination:none"), id="an-explicit-yes-needs-one-too"),
+    pytest.param(None, {}, {"disable": "0"}, {"default": "off"}, d(False, "destination:none", OPT_IN), id="opt-in"),
+    # The rules that say no still name themselves: a destination does not matter to them.
+    pytest.param(None, {"DO_NOT_TRACK": "1"}, None, None, d(False, "env:DO_NOT_TRACK"), id="dnt-first"),
+    pytest.param(None, {}, {"disable": "1"}, None, d(False, "user:disable"), id="user-disable-first"),
+    pytest.param(None, {"CI": "true"}, None, None, d(False, "ci:CI"), id="ci-first"),
+    pytest.param(TOOL_WITH_DEFAULT, {"MYTOOL_NO_ANALYTICS": "1"}, None, None, d(False, "env:MYTOOL_NO_ANALYTICS"),
+                 id="app-default-opted-out"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("tool", "environ", "user", "policy", "expected"), DESTINATION_CASES)
+def test_nothing_is_recorded_without_a_destination(
+    app: App,
+    tool: App | None,
+    environ: dict[str, str],
+    user: dict[str, str] | None,
+    policy: dict[str, str] | None,
+    expected: Decision,
+) -> None:
+    decision = pure_decide(tool or app, environ, user, policy)
+    assert decision == expected
+    assert not decision.hard_off or decision.reason != "destination:none"  # nothing queued is deleted for it
 
 
 @pytest.mark.parametrize("var", CI_VARIABLES)
 def test_every_ci_variable_turns_reporting_off(app: App, var: str) -> None:
-    assert pure_decide(app, {var: "x"}, None, None) == d(False, f"ci:{var}")
+    assert pure_decide(app, {**DEST, var: "x"}, None, None) == d(False, f"ci:{var}")
 
 
 def test_env_prefix_is_per_app() -> None:
-    tool = App(name="MyTool", version="1.0")
+    tool = App(name="MyTool", version="1.0", endpoint=ENDPOINT)
     assert pure_decide(tool, {"MYTOOL_NO_ANALYTICS": "1"}, None, None).reason == "env:MYTOOL_NO_ANALYTICS"
     assert pure_decide(tool, {"DJANGO_NO_ANALYTICS": "1"}, None, None).enabled
+
+
+@pytest.mark.parametrize(
+    ("reason", "inputs", "text"),
+    [
+        pytest.param("user:disable", {"user": {"disable": "1"}}, "you turned it off (disable=1 in your config file)",
+                     id="disable=1"),
+        pytest.param("user:disable", {"user": {"disable": "maybe"}},
+                     "you turned it off (disable=maybe in your config file; any value but empty or 0 means off)",
+                     id="disable=maybe"),
+        pytest.param("env:DO_NOT_TRACK", {"environ": {"DO_NOT_TRACK": "false"}},
+                     "the environment variable DO_NOT_TRACK is set (DO_NOT_TRACK=false; any value but empty or 0 "
+                     "means off)", id="dnt=false"),
+        pytest.param("policy:disable", {"policy": {"disable": ""}},
+                     "the system policy turns reporting off (disable=)", id="policy-disable-empty"),
+        pytest.param("ci:CI", {"environ": {"CI": "true"}}, "this looks like a CI run (CI=true); 'enable' overrides",
+                     id="ci"),
+        pytest.param("destination:none", {}, "no destination configured: nothing is recorded until an endpoint is set",
+                     id="destination"),
+        pytest.param("user:disable", {}, "you turned it off (disable=1 in your config file)", id="no-inputs"),
+    ],
+)  # fmt: skip
+def test_explain_quotes_the_value_that_decided(reason: str, inputs: dict[str, dict[str, str]], text: str) -> None:
+    assert explain(reason, **inputs) == text
+
+
+def test_app_default_destination_is_checked_at_construction() -> None:
+    assert App(name="MyTool", version="1", endpoint=ENDPOINT).endpoint == ENDPOINT
+    assert App(name="MyTool", version="1").endpoint is None
+    for bad in ("collector.example/v1/batch", "ftp://collector.example/", "https://a b/", "https://é.example/"):
+        with pytest.raises(ValueError, match="endpoint must be an https:// URL"):
+            App(name="MyTool", version="1", endpoint=bad)
+    with pytest.raises(ValueError, match="transport must be 'json'"):
+        App(name="MyTool", version="1", endpoint=ENDPOINT, transport="ga4")
+    assert App(name="T", version="1", endpoint=ENDPOINT) != App(name="T", version="1")
+    assert "endpoint='https://collector.example/v1/batch'" in repr(App(name="T", version="1", endpoint=ENDPOINT))
 
 
 def test_hard_off_reasons(app: App) -> None:
@@ -173,5 +249,5 @@ def test_policy_is_found_in_any_xdg_config_dir(app: App, sandbox: Sandbox, tmp_p
 
 @pytest.mark.parametrize("value", ["", "0", " 0 "])
 def test_empty_or_zero_disable_does_not_disable(app: App, value: str) -> None:
-    assert pure_decide(app, {}, None, {"disable": value}) == d(True, "default")
-    assert pure_decide(app, {}, {"disable": value}, None).enabled
+    assert pure_decide(app, DEST, None, {"disable": value}) == d(True, "default")
+    assert pure_decide(app, DEST, {"disable": value}, None).enabled

@@ -57,7 +57,7 @@ def test_record_returns_true_and_spools_one_line(sandbox: Sandbox, app: App) -> 
     event = json.loads(line)
     assert event["event"] == "startproject"
     config = sandbox.user_file(app).read_text()
-    assert config == f"client_id={event['client_id']}\n"
+    assert config == f"client_id={event['client_id']}\nnotice_version=0\n"  # no notice asked for, none shown
 
 
 def test_client_id_is_kept_and_other_keys_survive(sandbox: Sandbox, app: App) -> None:
@@ -166,7 +166,8 @@ def test_notice_printed_once_on_stderr(sandbox: Sandbox, app: App) -> None:
     assert second.stderr == ""
 
 
-def test_notice_once_when_first_commands_start_together(sandbox: Sandbox, app: App) -> None:
+def record_together(sandbox: Sandbox, count: int = 6) -> list[tuple[str, str]]:
+    """``count`` processes each calling ``record(..., notice=True)`` at the same moment: their stdout and stderr."""
     go = sandbox.root / "go"
     code = textwrap.dedent(
         f"""
@@ -187,11 +188,15 @@ def test_notice_once_when_first_commands_start_together(sandbox: Sandbox, app: A
             stderr=subprocess.PIPE,
             text=True,
         )
-        for _ in range(6)
+        for _ in range(count)
     ]
     time.sleep(0.3)  # let them all reach the start line; correctness does not depend on it
     go.write_text("")
-    results = [p.communicate(timeout=60) for p in procs]
+    return [p.communicate(timeout=60) for p in procs]
+
+
+def test_notice_once_when_first_commands_start_together(sandbox: Sandbox, app: App) -> None:
+    results = record_together(sandbox)
     assert [out for out, _ in results] == ["True\n"] * 6
     assert sum(err == notice_text(app) for _, err in results) == 1
     assert sum(err == "" for _, err in results) == 5
@@ -200,7 +205,7 @@ def test_notice_once_when_first_commands_start_together(sandbox: Sandbox, app: A
 
 
 def test_generic_app_has_its_own_switches_and_files(sandbox: Sandbox) -> None:
-    tool = App(name="MyTool", version="1.4.2")
+    tool = App(name="MyTool", version="1.4.2", endpoint="http://mytool.invalid/v1/batch")  # refused: no flusher
     assert record("build", app=tool, environ=sandbox.env)
     assert (sandbox.config_dir / "mytoolanalytics").exists()
     event = json.loads(sandbox.spool_lines(tool)[0])
@@ -216,3 +221,56 @@ def test_app_validation_and_immutability() -> None:
     with pytest.raises(AttributeError):
         tool.name = "x"  # type: ignore[misc]
     assert tool == App(name="MyTool", version="2.10")
+
+
+# --- no destination, nothing recorded (issue 16) --------------------------------------------------------
+
+
+def no_destination(sandbox: Sandbox) -> dict[str, str]:
+    return {k: v for k, v in sandbox.env.items() if k != "DJANGO_ANALYTICS_ENDPOINT"}
+
+
+NOTICE_RUN = """
+from spool_reporter import record
+from spool_reporter._app import django_app
+print(record("startproject", app=django_app("5.2"), notice=True))
+"""
+
+
+def test_without_a_destination_nothing_is_recorded_and_no_notice_printed(sandbox: Sandbox, app: App) -> None:
+    sandbox.write_user(app, "disable=0\n")  # even an explicit yes: there is nowhere to send to
+    result = py(NOTICE_RUN, no_destination(sandbox))
+    assert (result.returncode, result.stdout, result.stderr) == (0, "False\n", "")
+    assert not (sandbox.home / "state").exists()
+    assert sandbox.user_file(app).read_text() == "disable=0\n"  # no client id created either
+    # Configured afterwards: the first recorded event prints the notice then, once.
+    sandbox.write_user(app, "disable=0\nendpoint=http://configured.invalid/v1/batch\n")
+    first = py(NOTICE_RUN, no_destination(sandbox))
+    assert (first.stdout, first.stderr) == ("True\n", notice_text(app))
+    assert len(sandbox.spool_lines(app)) == 1
+
+
+def test_debug_still_prints_without_a_destination_and_writes_nothing(sandbox: Sandbox, app: App) -> None:
+    env = {**no_destination(sandbox), "DJANGO_ANALYTICS_DEBUG": "1"}
+    result = py(NOTICE_RUN, env)
+    assert result.stdout == "True\n"
+    prefix, _, payload = result.stderr.partition(" ")
+    assert prefix == "[DJANGO_ANALYTICS_DEBUG]"
+    event = json.loads(payload)
+    assert event["event"] == "startproject"
+    assert not sandbox.config_dir.exists()  # the printed client id is not kept, and no notice
+    assert not (sandbox.home / "state").exists()
+    sandbox.write_user(app, "client_id=43325579-4ce9-4a2d-a152-0e993a4bb245\n")
+    again = py(NOTICE_RUN, env)
+    assert json.loads(again.stderr.partition(" ")[2])["client_id"] == "43325579-4ce9-4a2d-a152-0e993a4bb245"
+
+
+def test_an_apps_default_destination_is_a_destination(sandbox: Sandbox) -> None:
+    env = no_destination(sandbox)
+    plain = App(name="MyTool", version="1.0")
+    assert not record("build", app=plain, environ=env)
+    assert not (sandbox.home / "state").exists()
+    shipped = App(name="MyTool", version="1.0", endpoint="http://mytool.invalid/v1/batch")
+    assert record("build", app=shipped, environ=env)
+    assert len(sandbox.spool_lines(shipped)) == 1
+    assert not record("build", app=shipped, environ={**env, "MYTOOL_NO_ANALYTICS": "1"})  # the user still decides

@@ -125,7 +125,8 @@ def test_resolve_reads_the_files(sandbox: object, app: App) -> None:
 
     assert isinstance(sandbox, Sandbox)
     sandbox.write_policy(app, "endpoint=https://policy.example/v1/batch\n")
-    got = resolve(app, sandbox.env).destination
+    env = {k: v for k, v in sandbox.env.items() if k != app.env_endpoint}  # the environment beats the files
+    got = resolve(app, env).destination
     assert got is not None
     assert got.source == "policy"
 

@@ -4,8 +4,8 @@ The package is installed the way users install it (a wheel, or ``pip install -e`
 because the thing under test is the installation itself: ``spool_reporter.pth`` in site-packages arming the
 hook in ``django-admin`` / ``manage.py`` / ``python -m django`` processes.
 
-``SPOOL_REPORTER_TEST_DJANGO`` picks the Django series (``4.2``, ``5.2``, ``6.0``; nox's ``django`` session sets
-it); the interpreter is the one running the tests. Environments are built once per test session.
+``SPOOL_REPORTER_TEST_DJANGO`` picks the Django series (``4.2``, ``5.2``, ``6.0``, ``6.1``; nox's ``django`` session
+sets it); the interpreter is the one running the tests. Environments are built once per test session.
 """
 
 from __future__ import annotations

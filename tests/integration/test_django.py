@@ -255,6 +255,103 @@ def test_other_commands_record_nothing(quiet_user: tuple[User, Path], command: t
     assert NOTICE not in proc.stderr
 
 
+def test_without_a_destination_nothing_is_recorded_and_no_notice_printed(user: User) -> None:
+    """The reference integration ships no destination (Django core would ship the DSF's): until one is
+    configured, a reported command records nothing, prints nothing and creates no file."""
+    env = {k: v for k, v in user.env.items() if k != "DJANGO_ANALYTICS_ENDPOINT"}
+    off = user.ok("django-admin", "startproject", "p0", env=env, off=True)
+    on = user.ok("django-admin", "startproject", "p1", env=env)
+    assert (on.stdout, on.stderr) == (off.stdout, off.stderr) == (b"", b"")
+    assert not user.sandbox.config_dir.exists()
+    assert not (user.sandbox.home / "state").exists()
+    # DJANGO_ANALYTICS_DEBUG still shows what would be recorded, and still writes nothing.
+    debug = user.ok("django-admin", "startproject", "p2", env={**env, "DJANGO_ANALYTICS_DEBUG": "1"})
+    prefix, _, line = debug.stderr.decode().partition(" ")
+    assert prefix == "[DJANGO_ANALYTICS_DEBUG]"
+    assert json.loads(line)["event"] == "startproject"
+    assert not user.sandbox.config_dir.exists()
+    assert not (user.sandbox.home / "state").exists()
+    # Configured: the next reported command records, and prints the notice then.
+    user.sandbox.write_user(APP, "endpoint=http://configured.invalid/v1/batch\n")
+    first = user.ok("django-admin", "startproject", "p3", env=env)
+    assert first.stderr == NOTICE
+    assert user.names() == ["startproject"]
+
+
+CID = "43325579-4ce9-4a2d-a152-0e993a4bb245"
+
+
+def test_an_older_notice_version_sees_the_notice_again_once(user: User) -> None:
+    """A config written by a release whose notice was older: the next reported command prints the notice once,
+    before it records, and records under the new version from then on; django-spool status says so."""
+    user.sandbox.write_user(APP, f"client_id={CID}\nnotice_version=0\n")
+    spool = [str(user.venv.bin / "django-spool"), "status"]
+    assert "notice:        version 0 seen, current 1 (shown again" in user.ok(*spool).stdout.decode()
+    first = user.ok("django-admin", "startproject", "p1")
+    assert first.stderr == NOTICE
+    assert user.sandbox.user_file(APP).read_text() == f"client_id={CID}\nnotice_version=0\nnotice_version=1\n"
+    second = user.ok("python", "-m", "django", "startapp", "blog")
+    assert second.stderr == b""
+    assert [e["client_id"] for e in user.events()] == [CID, CID]
+    status = json.loads(user.ok(*spool, "--json").stdout)
+    assert (status["notice_version_seen"], status["notice_version"]) == (1, 1)
+
+
+def startprojects_together(user: User, count: int = 4) -> list[tuple[bytes, bytes]]:
+    """``count`` real ``django-admin startproject`` started at once; each one's stdout and stderr."""
+    procs = [
+        subprocess.Popen(
+            [str(user.venv.python), str(user.venv.django_admin), "startproject", f"p{i}"],
+            cwd=user.work,
+            env=user.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(count)
+    ]
+    outputs = [p.communicate(timeout=COMMAND_TIMEOUT) for p in procs]
+    assert [p.returncode for p in procs] == [0] * count
+    return outputs
+
+
+def test_several_commands_after_an_upgrade_print_the_new_notice_once(user: User) -> None:
+    user.sandbox.write_user(APP, f"client_id={CID}\nnotice_version=0\n")
+    outputs = startprojects_together(user)
+    assert sum(err.count(NOTICE) for _, err in outputs) == 1
+    assert user.names() == ["startproject"] * 4
+
+
+def test_local_mode_records_and_never_starts_a_flusher(user: User) -> None:
+    """django-spool enable --local with a healthy destination configured: real commands record, print the
+    local notice, start no flusher; flush sends nothing and says why; enable moves to sending."""
+    from servers import serving, with_destination
+
+    spool = str(user.venv.bin / "django-spool")
+    with serving() as server:
+        env = with_destination(user.env, server.url(), SPOOL_REPORTER_FLUSH_DEADLINE="20")
+        assert b"Local mode" in user.ok(spool, "enable", "--local", env=env).stdout
+        first = user.ok("django-admin", "startproject", "p1", env=env)
+        assert first.stderr == notice_text(APP, local=True).encode()
+        project = user.work / "p1"
+        server_proc = Server(user, project)  # runserver: long-lived, and still no flusher
+        try:
+            server_proc.wait_serving()
+        finally:
+            server_proc.stop()
+        assert user.names() == ["startproject", "runserver"]
+        assert not (user.sandbox.state_dir(APP) / "flush.spawned").exists()
+        flush = user.ok(spool, "flush", env=env)
+        assert flush.stdout.startswith(b"local: nothing is sent in local mode; 2 queued events stay")
+        assert not server.received
+        status = user.ok(spool, "status", env=env).stdout.decode()
+        assert "[user:local]" in status
+        assert "mode:          local: events are recorded on this machine and never sent" in status
+        enable = user.ok(spool, "enable", env=env).stdout.decode()
+        assert enable.startswith(f"Leaving local mode: 2 queued events will be sent to {server.url()}")
+        assert user.ok(spool, "flush", env=env).stdout.startswith(b"delivered: sent 2")
+        assert len(set(server.event_ids())) == 2
+
+
 def test_reporting_off_records_nothing_and_prints_nothing(user: User) -> None:
     for i, switch in enumerate(({"DJANGO_NO_ANALYTICS": "1"}, {"DO_NOT_TRACK": "1"}, {"CI": "true"})):
         proc = user.ok("django-admin", "startproject", f"p{i}", env={**user.env, **switch})
@@ -288,18 +385,7 @@ def test_stdout_is_byte_identical_with_reporting_on_or_off(sandbox: Sandbox, dj:
 
 
 def test_notice_printed_once_when_several_first_commands_start_together(user: User) -> None:
-    procs = [
-        subprocess.Popen(
-            [str(user.venv.python), str(user.venv.django_admin), "startproject", f"p{i}"],
-            cwd=user.work,
-            env=user.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for i in range(4)
-    ]
-    outputs = [p.communicate(timeout=COMMAND_TIMEOUT) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0, 0]
+    outputs = startprojects_together(user)
     assert sum(err.count(NOTICE) for _, err in outputs) == 1
     assert all(out == b"" for out, _ in outputs)
     events = user.events()
@@ -474,6 +560,45 @@ def test_runserver_noreload_records_once(user: User) -> None:
         code = server.stop()
     assert code in (0, -signal.SIGINT), bytes(server.stderr)
     assert user.names() == ["runserver"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX pipelines")
+def test_django_admin_startproject_piped_to_cat_ends_with_the_command(user: User) -> None:
+    """`django-admin startproject x | cat`, armed by the installed .pth, with a destination that never answers:
+    the pipeline ends with the command; the flusher (stdio on the null device, its own session) waits alone."""
+    from servers import serving, wait_for, with_destination
+
+    with serving("silent") as server:
+        env = with_destination(
+            user.env, server.url(), SPOOL_REPORTER_FLUSH_DEADLINE="15", SPOOL_REPORTER_READ_TIMEOUT="15"
+        )
+        start = time.monotonic()
+        out = user.run("sh", "-c", f"{user.venv.django_admin} startproject mysite | cat", env=env)
+        took = time.monotonic() - start
+        assert out.returncode == 0, out.stderr
+        assert (user.work / "mysite" / "manage.py").exists()
+        wait_for(lambda: len(server.received) == 1, timeout=30, what="the flusher's request")
+        assert _flusher_holds_its_lock(user)  # the flusher still waits for an answer...
+        assert took < 3.0  # ...the pipeline did not (django-admin startproject alone takes ~0.15-1 s)
+    wait_for(lambda: not _flusher_holds_its_lock(user), timeout=30, what="the flusher to exit")
+    assert user.names() == ["startproject"]  # kept: the request got no answer
+
+
+def _flusher_holds_its_lock(u: User) -> bool:
+    """A flusher holds flusher.lock (probed with a non-blocking flock of our own)."""
+    import fcntl
+
+    path = u.sandbox.state_dir(APP) / "flusher.lock"
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 # --- the installation: .pth arming, cost, imports -----------------------------------------------------------------

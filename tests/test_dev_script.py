@@ -1,0 +1,41 @@
+"""``scripts/dev.py test`` ends with one line adding up every pytest run, so that CI's last line says how it went."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _dev() -> object:
+    spec = importlib.util.spec_from_file_location("dev_script", REPO / "scripts" / "dev.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_pytest_summary_is_added_up() -> None:
+    dev = _dev()
+    lines = [
+        "nox > Running session tests-3.11\n",
+        "564 passed, 3 skipped, 41 deselected in 183.81s (0:03:03)\n",  # -q
+        "========== 42 passed, 1 skipped in 62.38s (0:01:02) ==========\n",  # without -q
+        "= 1 failed, 2 passed, 1 error in 3.00s =\n",
+        "the test printed: 3 passed in 1s\n",  # not a summary line
+    ]
+    totals = dev.add_up(lines)  # type: ignore[attr-defined]
+    assert totals == {"passed": 608, "failed": 1, "errors": 1, "skipped": 4, "runs": 3}
+    assert dev.summary_line(totals, 0) == "tests: 608 passed, 1 failed, 1 errors, 4 skipped in 3 pytest runs"  # type: ignore[attr-defined]
+    assert dev.summary_line(totals, 1).endswith("in 3 pytest runs (nox exited 1)")  # type: ignore[attr-defined]
+
+
+def test_the_ci_script_runs_the_tests_last() -> None:
+    script = (REPO / ".ci" / "run").read_text()
+    order = [script.index(f"python3 scripts/dev.py {step}") for step in ("check", "demo", "test")]
+    assert order == sorted(order)
+    assert script.rstrip().splitlines()[-1].startswith("[ ")  # after the tests, nothing more is printed
+    assert subprocess.run(["bash", "-n", str(REPO / ".ci" / "run")], check=False).returncode == 0
