@@ -82,7 +82,8 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=TOOLS_PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over the package."""
-    session.install("mypy>=1.13", ".[collector,click]")  # psycopg's types for the PostgreSQL store; click for the Click group
+    # psycopg's types for the PostgreSQL store; click for the Click group.
+    session.install("mypy>=1.13", ".[collector,click]")
     session.run("mypy", "--strict", "spool_reporter")
 
 
