@@ -39,7 +39,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlsplit
 
 from . import _consent, _hook, _settings, _spool
 from ._app import App
@@ -271,26 +272,100 @@ def _env_proxies(environ: Mapping[str, str]) -> dict[str, str]:
     return proxies
 
 
+def _no_proxy_entry(entry: str) -> tuple[str, int | None] | None:
+    """One ``NO_PROXY`` entry as ``(host or network, port or None)``; ``None`` if it cannot match anything."""
+    port: int | None = None
+    if entry.startswith("["):  # [v6], [v6]:port, [v6]/bits
+        close = entry.find("]")
+        if close < 0:
+            return None
+        host, rest = entry[1:close], entry[close + 1 :]
+        if rest.startswith("/"):
+            host += rest
+        elif rest.startswith(":") and rest[1:].isascii() and rest[1:].isdigit():
+            port = int(rest[1:])
+        elif rest:
+            return None
+        return host, port
+    if entry.count(":") == 1:  # host:port (an IPv6 literal has two colons or more)
+        host, _, digits = entry.partition(":")
+        if not (digits.isascii() and digits.isdigit()):
+            return None
+        return host, int(digits)
+    return entry, None
+
+
+def no_proxy_matches(no_proxy: str, host: str, port: int | None) -> bool:
+    """Whether ``NO_PROXY`` (``no_proxy``) exempts ``host`` (a URL's host name, without brackets) on ``port``.
+
+    The rules of curl's ``Curl_check_noproxy`` and requests' ``should_bypass_proxies``: entries separated by
+    commas or blanks, compared without regard to case; ``*`` alone exempts every host; a name matches itself
+    and every name under it (``example.com`` and ``.example.com`` both match ``example.com`` and
+    ``www.example.com``, never ``notexample.com``; ``*.example.com`` is read as ``.example.com``); trailing dots
+    are ignored; an IP literal host matches IPv4 or IPv6 entries, with or without brackets, and CIDR networks
+    (``10.0.0.0/8``, ``fd00::/8``), never a name (nothing is resolved); an entry with a port (``example.com:8443``,
+    ``[::1]:8080``) matches only that port.
+    """
+    import ipaddress
+
+    value = no_proxy.strip()
+    if value == "*":
+        return True
+    name = host.strip().lower().strip("[]")
+    name = name[:-1] if name.endswith(".") else name
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(name)
+    except ValueError:
+        address = None
+    for raw in value.replace(",", " ").split():
+        parsed = _no_proxy_entry(raw.lower())
+        if parsed is None:
+            continue
+        entry, entry_port = parsed
+        if entry_port is not None and entry_port != port:
+            continue
+        if address is not None:
+            try:
+                network = ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                continue
+            if network.version == address.version and address in network:
+                return True
+            continue
+        if entry.startswith("*."):
+            entry = entry[1:]
+        entry = entry.lstrip(".")
+        entry = entry[:-1] if entry.endswith(".") else entry
+        if entry and (name == entry or name.endswith("." + entry)):
+            return True
+    return False
+
+
 def proxy_for(url: str, environ: Mapping[str, str]) -> str | None:
     """The proxy URL to reach ``url`` through (``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY``), or ``None``.
 
-    For the process's own environment this is :func:`urllib.request.getproxies` and
-    :func:`~urllib.request.proxy_bypass` (which also read the system settings on macOS and Windows).
+    A loopback destination (:func:`~._settings.is_loopback_host`) never goes through a proxy, whatever the
+    environment says: plain ``http://`` is allowed only there, and a proxy would see every event in clear
+    text (and could answer 2xx for a collector it never reached). ``NO_PROXY`` is matched as curl and requests
+    match it (:func:`no_proxy_matches`). With no proxy variable at all in the process's own environment, the
+    system's settings apply (:func:`urllib.request.getproxies` and :func:`~urllib.request.proxy_bypass` read
+    them on macOS and Windows).
     """
-    import urllib.request
-    from urllib.parse import urlsplit
-
     parts = urlsplit(url)
     host = parts.hostname or ""
-    if environ is os.environ:
-        proxies = urllib.request.getproxies()
-        proxy = proxies.get(parts.scheme)
-        if not proxy or urllib.request.proxy_bypass(host):
-            return None
-        return proxy
+    if _settings.is_loopback_host(host):
+        return None
     proxies = _env_proxies(environ)
+    if not proxies and environ is os.environ:
+        import urllib.request
+
+        system = urllib.request.getproxies().get(parts.scheme)
+        if not system or urllib.request.proxy_bypass(host):
+            return None
+        return system
     proxy = proxies.get(parts.scheme)
-    if not proxy or urllib.request.proxy_bypass_environment(host, proxies):  # type: ignore[attr-defined]
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    if not proxy or no_proxy_matches(proxies.get("no", ""), host, port):
         return None
     return proxy
 
@@ -371,6 +446,34 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     return max(0.0, when.timestamp() - now)
 
 
+LOCALHOST_ADDRESSES: Final = ("127.0.0.1", "::1")
+"""Where a ``localhost`` name is connected to, in this order (RFC 6761: never resolved)."""
+
+
+def _localhost_request(pool: urllib3.PoolManager, request: Request, options: dict[str, Any]) -> Any:
+    """Send ``request`` to a ``localhost`` name on :data:`LOCALHOST_ADDRESSES` without resolving the name.
+
+    ``Host`` (and, for HTTPS, the SNI name and the certificate check) keep the URL's name; only the address
+    is chosen here. ``::1`` is tried when nothing listens on 127.0.0.1.
+    """
+    import urllib3
+
+    parts = urlsplit(request.url)
+    name = parts.hostname or ""
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    headers = {**options["headers"], "Host": parts.netloc.rpartition("@")[2]}
+    tls = {"server_hostname": name, "assert_hostname": name} if parts.scheme == "https" else {}
+
+    def send(address: str) -> Any:
+        conn = pool.connection_from_host(address, port=parts.port, scheme=parts.scheme, pool_kwargs=tls)
+        return conn.urlopen(request.method, target, **{**options, "headers": headers}, assert_same_host=False)
+
+    for address in LOCALHOST_ADDRESSES[:-1]:
+        with contextlib.suppress(urllib3.exceptions.NewConnectionError):
+            return send(address)
+    return send(LOCALHOST_ADDRESSES[-1])
+
+
 class _Sender:
     """Sends one request at a time, each in a worker thread that the caller abandons at the deadline."""
 
@@ -390,17 +493,19 @@ class _Sender:
         timeout = urllib3.Timeout(
             connect=min(self._tune.connect_timeout, left), read=min(self._tune.read_timeout, left)
         )
-        response = self._pool.request(
-            request.method,
-            request.url,
-            body=request.body,
-            headers=dict(request.headers),
-            redirect=False,
-            retries=False,
-            preload_content=False,
-            decode_content=False,
-            timeout=timeout,
-        )
+        options: dict[str, Any] = {
+            "body": request.body,
+            "headers": dict(request.headers),
+            "redirect": False,
+            "retries": False,
+            "preload_content": False,
+            "decode_content": False,
+            "timeout": timeout,
+        }
+        if _settings.is_localhost_name(urlsplit(request.url).hostname or ""):
+            response = _localhost_request(self._pool, request, options)
+        else:
+            response = self._pool.request(request.method, request.url, **options)
         # The status line and headers are the answer; the body is read only for the log, and a server that
         # trickles it cannot turn a 2xx into a failure (the caller reads `status` at the deadline).
         box["status"] = response.status

@@ -11,16 +11,21 @@ import json
 import os
 import re
 import selectors
+import shutil
 import signal
+import socket
 import sqlite3
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent.parent
 GENERATED = REPO / "docs" / "_generated"
@@ -371,3 +376,48 @@ def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.01
 
 def dumps(obj: object) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
+
+
+# --- a resolver that never answers -----------------------------------------------------------------------
+
+
+@dataclass
+class SilentResolver:
+    """What :func:`silent_dns` yields: the command prefix that runs a process with it, and what it was asked."""
+
+    prefix: list[str]
+    queries: list[bytes]
+
+
+@contextlib.contextmanager
+def silent_dns(root: Path) -> Iterator[SilentResolver]:
+    """A resolver on 127.0.0.1:53 that reads queries and never answers, made the only one in a private mount
+    namespace (``/etc/resolv.conf`` bind-mounted) for processes started with the yielded prefix."""
+    if not shutil.which("unshare") or os.geteuid() != 0:
+        pytest.skip("needs root and unshare")
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        udp.bind(("127.0.0.1", 53))
+    except OSError as exc:
+        udp.close()
+        pytest.skip(f"cannot bind 127.0.0.1:53: {exc}")
+    resolv = root / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.1\noptions timeout:5 attempts:3\n")
+    stop = threading.Event()
+    bind = 'mount --bind "$1" /etc/resolv.conf && shift && exec "$@"'
+    resolver = SilentResolver(prefix=["unshare", "-m", "sh", "-c", bind, "sh", str(resolv)], queries=[])
+
+    def swallow() -> None:
+        udp.settimeout(0.05)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError, OSError):
+                resolver.queries.append(udp.recv(4096))
+
+    thread = threading.Thread(target=swallow, daemon=True)
+    thread.start()
+    try:
+        yield resolver
+    finally:
+        stop.set()
+        thread.join(5)
+        udp.close()
