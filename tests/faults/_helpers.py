@@ -18,6 +18,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -48,6 +49,8 @@ SCALES: dict[str, dict[str, int]] = {
         "storm_parallel": 3,
         "fuzz_examples": 150,
         "storage_reps": 1,
+        "race_seconds": 6,
+        "race_iterations": 40_000,
     },
     # The published figures (docs/_generated/reliability.json).
     "full": {
@@ -62,6 +65,8 @@ SCALES: dict[str, dict[str, int]] = {
         "storm_parallel": 4,
         "fuzz_examples": 2000,
         "storage_reps": 3,
+        "race_seconds": 40,
+        "race_iterations": 400_000,
     },
 }
 
@@ -421,3 +426,32 @@ def silent_dns(root: Path) -> Iterator[SilentResolver]:
         stop.set()
         thread.join(5)
         udp.close()
+
+
+# --- other users -----------------------------------------------------------------------------------------
+
+VICTIM = (65534, 65534)
+"""The user whose events are recorded (``nobody``/``nogroup``): root ignores file modes, so a permission case
+run as root could pass for the wrong reason."""
+
+ATTACKER = (65533, 65533)
+"""Another local user, who can write a folder above the victim's state folder."""
+
+
+def as_user(user: tuple[int, int]) -> list[str]:
+    """The command prefix that runs a process as ``user`` (no supplementary groups)."""
+    return ["setpriv", f"--reuid={user[0]}", f"--regid={user[1]}", "--clear-groups"]
+
+
+@contextlib.contextmanager
+def users_root() -> Iterator[Path]:
+    """A fresh folder every user can enter (pytest's own temporary folders are root's alone); skips unless root
+    with ``setpriv``."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run as other users")
+    root = Path(tempfile.mkdtemp(prefix="spool-faults-users-"))
+    root.chmod(0o755)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

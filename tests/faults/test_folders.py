@@ -1,0 +1,237 @@
+"""The state folder under a folder another user can write: symlinks planted above the spool folder, and the
+race between creating a level and setting its mode.
+
+The victim runs as an unprivileged user (``setpriv``), as does the attacker: root ignores file modes, so a
+permission case run as root could pass for the wrong reason. The shared folder is writable by everyone and
+*not* sticky (a group-shared project folder, say): its entries can be renamed and replaced by the attacker.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import clean_environ
+
+from spool_reporter._event import uuid4
+
+from ._helpers import ATTACKER, VICTIM, Figures, as_user, read_line, scale, tree, users_root
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(sys.platform != "linux", reason="Linux: setpriv")]
+
+RECORD = """
+from spool_reporter import record
+from spool_reporter._app import django_app
+print(record("startproject", app=django_app("5.2")), flush=True)
+"""
+
+
+class Users:
+    """The victim's home (config with a client id, reporting on), a shared folder holding the victim's state
+    (``XDG_STATE_HOME``), and a precious file of the victim's outside both."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.home = root / "victim"
+        config = self.home / "config"
+        config.mkdir(parents=True)
+        (config / "djangoanalytics").write_text(f"disable=0\nclient_id={uuid4()}\n")
+        self.precious = self.home / "precious"
+        self.precious.write_bytes(b"the victim's own file\n")
+        self.decoy = self.home / "decoy"  # a folder of the victim's, where a planted link points
+        self.decoy.mkdir()
+        self.shared = root / "shared"
+        self.shared.mkdir()
+        self.shared.chmod(0o777)  # anyone may create, rename and delete entries (no sticky bit)
+        for path in (self.home, *self.home.rglob("*")):
+            os.lchown(path, *VICTIM)
+        self.precious.chmod(0o644)
+        self.env = clean_environ(self.home)
+        self.env["XDG_STATE_HOME"] = str(self.shared)
+
+    def run(self, code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*as_user(VICTIM), sys.executable, "-c", textwrap.dedent(code), *args],
+            env=self.env,
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+
+LINKS: list[Any] = [
+    pytest.param("spool_reporter", ATTACKER, id="app-level-attackers-link"),
+    pytest.param("spool_reporter", VICTIM, id="app-level-own-link"),
+    pytest.param("spool_reporter/django", VICTIM, id="last-level-own-link"),
+    pytest.param("", ATTACKER, id="above-app-levels-attackers-link"),
+]
+
+
+@pytest.mark.parametrize(("where", "owner"), LINKS)
+def test_symlink_above_the_last_folder(figures: Figures, where: str, owner: tuple[int, int]) -> None:
+    with users_root() as root:
+        users = Users(root)
+        if where:
+            link = users.shared / where
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.lchown(link.parent, *VICTIM)
+        else:  # the whole state base is a link: XDG_STATE_HOME=shared/state -> the victim's decoy folder
+            link = users.shared / "state"
+            users.env["XDG_STATE_HOME"] = str(link)
+        link.symlink_to(users.decoy, target_is_directory=True)
+        os.lchown(link, *owner)
+        before = tree(users.decoy)
+        started = time.monotonic()
+        result = users.run(RECORD)
+        took = time.monotonic() - started
+        after = tree(users.decoy)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "False\n", ""), result
+    assert after == before, f"the hook wrote through a planted link: {sorted(set(after) - set(before))}"
+    who = "the attacker" if owner == ATTACKER else "the victim"
+    figures.row(
+        fault=f"symlink at {where or 'the state base'} (owned by {who})",
+        injected="the victim (an unprivileged user) records with XDG_STATE_HOME in a folder every user can write; "
+        f"{where or 'XDG_STATE_HOME itself'} is a symlink to another folder of the victim's",
+        trials=1,
+        recorded=0,
+        worst_s=took,
+        checked="record() returns False, prints nothing; nothing created or changed in the link's target",
+    )
+
+
+def test_a_root_owned_link_above_the_state_base_is_followed(figures: Figures) -> None:
+    # /home -> /var/home (Fedora Silverblue), /tmp -> private/tmp (macOS): the system's links still work.
+    with users_root() as root:
+        users = Users(root)
+        real = users.shared / "real-state"
+        real.mkdir()
+        os.lchown(real, *VICTIM)
+        (users.shared / "state").symlink_to(real, target_is_directory=True)  # owned by root
+        users.env["XDG_STATE_HOME"] = str(users.shared / "state")
+        result = users.run(RECORD)
+        spooled = (real / "spool_reporter" / "django" / "spool.jsonl").read_bytes().count(b"\n")
+        modes = [stat.S_IMODE(p.lstat().st_mode) for p in (real / "spool_reporter", real / "spool_reporter/django")]
+    assert (result.returncode, result.stdout, result.stderr) == (0, "True\n", ""), result
+    assert spooled == 1
+    assert modes == [0o700, 0o700]
+    figures.row(
+        fault="root-owned symlink above the state base",
+        injected="XDG_STATE_HOME is a symlink owned by root to a folder of the victim's (like /home -> /var/home)",
+        trials=1,
+        recorded=1,
+        checked="followed: the event is spooled, both levels created 0700",
+    )
+
+
+VICTIM_LOOP = """
+import os, stat, sys, time
+from spool_reporter._hot import Folder
+path, target, count, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+parent = os.path.dirname(path)
+end = time.monotonic() + seconds
+refused = 0
+done = 0
+while done < count:
+    done += 1
+    try:
+        Folder(path, create=True).close()
+    except OSError:
+        refused += 1
+    for level in (path, parent):
+        try:
+            os.rmdir(level)
+        except OSError:
+            pass
+    if done % 64 == 0 and (stat.S_IMODE(os.stat(target).st_mode) != 0o644 or time.monotonic() > end):
+        break
+print(done, refused, flush=True)
+"""
+
+ATTACKER_LOOP = """
+import ctypes, os, signal, sys, time
+name, target = sys.argv[1], sys.argv[2]
+base = os.path.dirname(name)
+link = os.path.join(base, "link")
+os.symlink(target, link)
+libc = ctypes.CDLL(None, use_errno=True)
+exchange = getattr(libc, "renameat2", None)
+swaps = 0
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+print("ready", flush=True)
+while not stop:
+    # One atomic step, as a real attacker would: swap the victim's new folder with a ready symlink
+    # (renameat2 RENAME_EXCHANGE); fails with ENOENT until the victim has just made the folder.
+    if exchange is not None:
+        if exchange(-100, link.encode(), -100, name.encode(), 2) != 0:
+            continue
+        swaps += 1
+        time.sleep(0.0002)
+        try:
+            os.unlink(name)
+            os.rename(link, os.path.join(base, "moved-%d" % swaps))
+            os.symlink(target, link)
+        except OSError:
+            pass
+        continue
+    try:
+        os.rename(name, os.path.join(base, "moved-%d" % swaps))
+        os.symlink(target, name)
+    except OSError:
+        continue
+    swaps += 1
+    time.sleep(0.0002)
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
+print(swaps, flush=True)
+"""
+
+
+def test_swap_between_mkdir_and_chmod(figures: Figures) -> None:
+    seconds, count = scale("race_seconds"), scale("race_iterations")
+    with users_root() as root:
+        users = Users(root)
+        folder = users.shared / "spool_reporter" / "django"
+        attacker = subprocess.Popen(
+            [*as_user(ATTACKER), sys.executable, "-c", ATTACKER_LOOP, str(folder.parent), str(users.precious), "300"],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert read_line(attacker, 30) == "ready\n"
+            started = time.monotonic()
+            result = users.run(VICTIM_LOOP, str(folder), str(users.precious), str(count), str(seconds), timeout=300)
+            took = time.monotonic() - started
+        finally:
+            attacker.terminate()
+            out, _ = attacker.communicate(timeout=30)
+        swaps = int(out.split()[-1]) if out.split() else 0
+        mode = stat.S_IMODE(users.precious.stat().st_mode)
+        content = users.precious.read_bytes()
+    assert result.returncode == 0, result
+    iterations, refused = map(int, result.stdout.split())
+    assert (mode, content) == (0o644, b"the victim's own file\n"), (
+        f"the attacker changed the victim's file to {oct(mode)} after {iterations} tries ({swaps} swaps)"
+    )
+    assert swaps > 0, "the attacker never swapped a level: the race was not exercised"
+    figures.row(
+        fault="symlink swapped in between mkdir and chmod",
+        injected=f"an attacker (another user) renames each new spool_reporter/ away and plants a symlink to the "
+        f"victim's file, racing {iterations} creations of the state folder by the victim over {took:.0f} s",
+        trials=iterations,
+        worst_s=took,
+        checked=f"{swaps} swaps won by the attacker, {refused} creations refused; the victim's file kept its mode "
+        "(0644) and content",
+    )
