@@ -48,7 +48,6 @@ from ._spawn import FLUSHER_LOCK_FD_ENV, FLUSHER_LOCK_NAME, GATE_NAME
 from .transports import Batch, Event, Request, transport_for
 
 if TYPE_CHECKING:
-    import filelock
     import urllib3
 
 __all__ = ["FlushResult", "FlushState", "Plan", "PlannedRequest", "main", "plan", "read_state", "run"]
@@ -59,7 +58,6 @@ OUTCOMES: Final = frozenset({"delivered", "nothing", "disabled", "no-endpoint", 
 STATE_NAME: Final = "state.json"
 LOG_NAME: Final = "flush.log"
 LOG_OLD_NAME: Final = "flush.log.1"
-TMP_PREFIX: Final = "tmp-"
 
 LOG_FILE_BYTES: Final = 32 * 1024
 """``flush.log`` is rotated to ``flush.log.1`` at this size: both together stay under 64 KiB."""
@@ -168,47 +166,8 @@ class FlushState:
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _O_NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
-_NEW_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
 _APPEND_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
-_TOUCH_FLAGS: Final = os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
 _READ_FLAGS: Final = os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
-
-
-def _write_new(folder: _spool.Folder, name: str, data: bytes) -> str:
-    """Write ``data`` to a fresh temporary file next to ``name``; returns the temporary name."""
-    tmp = f"{TMP_PREFIX}{os.getpid()}-{time.monotonic_ns()}-{name}"
-    fd = folder.open(tmp, _NEW_FLAGS, _spool.FILE_MODE)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    except BaseException:
-        os.close(fd)
-        folder.unlink(tmp)
-        raise
-    os.close(fd)
-    return tmp
-
-
-def _replace(folder: _spool.Folder, name: str, data: bytes) -> None:
-    """Atomically replace ``name`` with ``data`` (temporary file + rename)."""
-    tmp = _write_new(folder, name, data)
-    try:
-        folder.rename(tmp, name)
-    except BaseException:
-        folder.unlink(tmp)
-        raise
-
-
-def _touch(folder: _spool.Folder, name: str, when: float) -> None:
-    fd = folder.open(name, _TOUCH_FLAGS, _spool.FILE_MODE)
-    try:
-        if os.utime in os.supports_fd:
-            os.utime(fd, (when, when))
-        else:  # pragma: no cover - Windows
-            os.utime(os.path.join(folder.path, name), (when, when))
-    finally:
-        os.close(fd)
 
 
 def _read_small(folder: _spool.Folder, name: str, limit: int) -> bytes | None:
@@ -231,13 +190,12 @@ def _log(folder: _spool.Folder, line: str) -> None:
     """Append one line to the bounded log (rotating at :data:`LOG_FILE_BYTES`). Never raises."""
     data = (line.replace("\n", " ")[:500] + "\n").encode("ascii", "replace")
     try:
-        try:
-            size = folder.lstat(LOG_NAME).st_size
-        except FileNotFoundError:
-            size = 0
-        if size + len(data) > LOG_FILE_BYTES:
+        fd, st = _spool.open_ours(folder, LOG_NAME, _APPEND_FLAGS)
+        if st.st_size + len(data) > LOG_FILE_BYTES:
+            os.close(fd)
+            _spool.set_aside(folder, LOG_OLD_NAME)  # a folder planted there would stop the rotation for good
             folder.rename(LOG_NAME, LOG_OLD_NAME)
-        fd = folder.open(LOG_NAME, _APPEND_FLAGS, _spool.FILE_MODE)
+            fd = _spool.open_ours(folder, LOG_NAME, _APPEND_FLAGS)[0]
         try:
             os.write(fd, data)
         finally:
@@ -604,7 +562,7 @@ class _Run:
         self.progress = progress
         self.transport = transport_for(destination)
         self.sender = _Sender(destination.request_url(), env, tune, deadline)
-        self.spool_lock = _file_lock(os.path.join(folder.path, _spool.LOCK_NAME), SPOOL_LOCK_TIMEOUT)
+        self.spool_lock = _spool.FolderLock(folder, _spool.LOCK_NAME, SPOOL_LOCK_TIMEOUT)
         self.sent = 0
         self.rejected = 0
         self.failed = 0
@@ -617,10 +575,8 @@ class _Run:
     def claim(self) -> list[tuple[str, int, int]]:
         """Seal the active file and enforce the caps, under the spool lock; the sealed segments, oldest first."""
         with self.spool_lock:
-            for name in self.folder.names():
-                if name.startswith(TMP_PREFIX):  # left by a killed flusher: only one runs at a time
-                    with contextlib.suppress(OSError):
-                        self.folder.unlink(name)
+            for note in _spool.tidy(self.folder, _now()):  # what killed processes and planted folders left
+                _log(self.folder, f"{_iso(_now())} pid={os.getpid()} {note}")
             _spool.seal_active(self.folder)
             _spool.enforce_caps(
                 self.folder,
@@ -647,7 +603,7 @@ class _Run:
                 )
                 prefix = name[: -len(_spool.SEGMENT_SUFFIX)].rsplit("-", 2)[0]  # keeps its place in the order
                 new = f"{prefix}-{os.getpid()}-{len(keep)}{_spool.SEGMENT_SUFFIX}"
-                tmp = _write_new(self.folder, new, data)
+                tmp = _spool.write_new(self.folder, new, data)
                 self.folder.rename(tmp, new)
                 if new != name:
                     self.folder.unlink(name)
@@ -718,12 +674,6 @@ class _Run:
         return None
 
 
-def _file_lock(path: str, timeout: float) -> filelock.BaseFileLock:
-    import filelock
-
-    return filelock.FileLock(path, mode=_spool.FILE_MODE, timeout=timeout)
-
-
 def _record(
     folder: _spool.Folder,
     *,
@@ -753,8 +703,8 @@ def _record(
         "next_retry": next_retry,
     }
     try:
-        _replace(folder, STATE_NAME, json.dumps(new, sort_keys=True).encode("ascii") + b"\n")
-        _touch(folder, GATE_NAME, next_retry if next_retry is not None else now)
+        _spool.replace_file(folder, STATE_NAME, json.dumps(new, sort_keys=True).encode("ascii") + b"\n")
+        _spool.touch(folder, GATE_NAME, next_retry if next_retry is not None else now)
     except OSError:
         pass
     return next_retry
@@ -765,7 +715,7 @@ def _purge(path: str) -> int:
         folder = _spool.Folder(path, create=False)
     except (FileNotFoundError, NotADirectoryError, _spool.SpoolError):
         return 0
-    with folder, _file_lock(os.path.join(path, _spool.LOCK_NAME), SPOOL_LOCK_TIMEOUT):
+    with folder, _spool.FolderLock(folder, _spool.LOCK_NAME, SPOOL_LOCK_TIMEOUT):
         return _spool.purge(folder)
 
 
@@ -833,21 +783,17 @@ def _run(
                 # just to find that out again. Fixing the setting takes effect within the hour (or at once
                 # with `django-spool flush`).
                 with contextlib.suppress(OSError):
-                    _touch(folder, GATE_NAME, _now() + min(NO_ENDPOINT_RETRY, tune.backoff_cap))
+                    _spool.touch(folder, GATE_NAME, _now() + min(NO_ENDPOINT_RETRY, tune.backoff_cap))
             return FlushResult(outcome="no-endpoint", remaining=_spool.count_queued(folder), message=resolved.reason)
-        inherited = None if foreground else _inherited_lock(env, path)
+        inherited = None if foreground else _inherited_lock(env, folder)
         if inherited is not None:  # started by the hook, which handed over flusher.lock already locked
             release: Callable[[], None] = functools.partial(os.close, inherited)
         else:
-            import filelock
-
             wait = tune.deadline + WATCHDOG_GRACE + 1 if foreground else 0
-            flusher_lock = filelock.FileLock(
-                os.path.join(path, FLUSHER_LOCK_NAME), mode=_spool.FILE_MODE, timeout=wait, blocking=foreground
-            )
+            flusher_lock = _spool.FolderLock(folder, FLUSHER_LOCK_NAME, wait)
             try:
                 flusher_lock.acquire()
-            except filelock.Timeout:
+            except _spool.LockTimeout:
                 return FlushResult(outcome="busy", message="another flusher is running")
             release = flusher_lock.release
         try:
@@ -866,7 +812,7 @@ def _run(
             release()
 
 
-def _inherited_lock(env: Mapping[str, str], path: str) -> int | None:
+def _inherited_lock(env: Mapping[str, str], folder: _spool.Folder) -> int | None:
     """The locked ``flusher.lock`` descriptor the hook handed over, if it really is that (same file, still
     locked by this process); else ``None`` and the flusher takes the lock itself."""
     raw = env.get(FLUSHER_LOCK_FD_ENV, "")
@@ -875,7 +821,7 @@ def _inherited_lock(env: Mapping[str, str], path: str) -> int | None:
     fd = int(raw)
     try:
         st = os.fstat(fd)
-        ours = os.stat(os.path.join(path, FLUSHER_LOCK_NAME), follow_symlinks=False)
+        ours = folder.lstat(FLUSHER_LOCK_NAME)
         if (st.st_dev, st.st_ino) != (ours.st_dev, ours.st_ino):
             return None
         # Re-locking through the same open file description succeeds only if we (the description) hold it.
@@ -898,8 +844,6 @@ def _run_locked(
     ignore_backoff: bool,
     progress: Callable[[int, int], None] | None,
 ) -> FlushResult:
-    import filelock
-
     if not ignore_backoff:
         try:
             gate = folder.lstat(GATE_NAME).st_mtime
@@ -923,14 +867,14 @@ def _run_locked(
     )
     try:
         segments = job.claim()
-    except filelock.Timeout:
+    except _spool.LockTimeout:
         return FlushResult(outcome="busy", remaining=_spool.count_queued(folder), message="the spool lock is busy")
     if not segments:
         _record(folder, outcome="nothing", error=None, retry_after=None, tune=tune, sent=0)
         return FlushResult(outcome="nothing", message="nothing is queued")
     try:
         failure = job.send_all(segments)
-    except filelock.Timeout:
+    except _spool.LockTimeout:
         failure = Answer(error="the spool lock is busy")
     finally:
         job.sender.close()

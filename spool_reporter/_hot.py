@@ -908,11 +908,39 @@ def take_lock(fd: "int", wait: "float" = LOCK_WAIT_SECONDS) -> "bool":
     return False
 
 
+def open_ours(folder: "Folder", name: "str", flags: "int") -> "tuple[int, os.stat_result]":
+    # Open (and create) file ``name`` of the spool folder: ``(descriptor, fstat)``. Whatever sits there that is
+    # not a regular file of ours -- a symlink, a folder, a FIFO, a hard link, another user's file -- is never
+    # followed or written: it is set aside and a fresh file made (rare, so that code is _spool.reopen). Raises
+    # OSError when the file cannot be opened at all (a read-only or full disk).
+    try:
+        fd = folder.open(name, flags)
+    except OSError:
+        try:
+            planted = not _trusted_file(folder.lstat(name))
+        except OSError:
+            planted = False
+        if not planted:
+            raise
+    else:
+        try:
+            st = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if _trusted_file(st):
+            return fd, st
+        os.close(fd)
+    from ._spool import reopen
+
+    return reopen(folder, name, flags)
+
+
 def lock_fd(folder: "Folder", wait: "float" = LOCK_WAIT_SECONDS) -> "int | None":
     # Open ``spool.lock`` and take the exclusive lock, waiting at most ``wait`` seconds.
     #
     # Returns the descriptor (closing it releases the lock) or ``None`` when the lock is busy.
-    fd = folder.open(LOCK_NAME, _LOCK_FLAGS)
+    fd = open_ours(folder, LOCK_NAME, _LOCK_FLAGS)[0]
     try:
         if take_lock(fd, wait):
             return fd
@@ -933,20 +961,16 @@ def append(folder: "Folder", line: "bytes", *, max_events: "int" = MAX_EVENTS, m
 
         return append_aside(folder, line)
     try:
-        fd = folder.open(ACTIVE_NAME, _APPEND_FLAGS)
+        fd, st = open_ours(folder, ACTIVE_NAME, _APPEND_FLAGS)
         try:
-            st = os.fstat(fd)
-            if not _trusted_file(st) or st.st_size >= SEGMENT_BYTES:
+            if st.st_size >= SEGMENT_BYTES:
                 os.close(fd)
                 fd = -1
                 from ._spool import enforce_caps, seal_active  # rare: once per segment
 
                 seal_active(folder)
                 enforce_caps(folder, max_events, max_bytes)
-                fd = folder.open(ACTIVE_NAME, _APPEND_FLAGS)
-                st = os.fstat(fd)
-                if not _trusted_file(st):
-                    raise SpoolError("spool.jsonl is not a file of ours")
+                fd, st = open_ours(folder, ACTIVE_NAME, _APPEND_FLAGS)
             if st.st_mode & 0o077:
                 os.fchmod(fd, FILE_MODE)
             size = st.st_size
@@ -1116,17 +1140,19 @@ def _interval(env: "Mapping[str, str]") -> "float":
 
 
 def _mtime(folder: "Folder", name: "str") -> "float | None":
+    # A regular file's mtime; anything else planted at the name means "no time" (the flusher replaces it).
     try:
-        return folder.lstat(name).st_mtime
+        st = folder.lstat(name)
     except OSError:
         return None
+    return st.st_mtime if stat.S_ISREG(st.st_mode) else None
 
 
 def claim_flusher_lock(folder: "Folder") -> "int | None":
     # Take flusher.lock (flock, like filelock) and return the descriptor, or None if a flusher holds it. A
     # child that inherits the descriptor holds the same lock (flock belongs to the open file description)
     # from its first instruction: the hook hands it over, so there is no start-up window for a second one.
-    fd = folder.open(FLUSHER_LOCK_NAME, _LOCK_FLAGS)
+    fd = open_ours(folder, FLUSHER_LOCK_NAME, _LOCK_FLAGS)[0]
     if _try_lock(fd):
         return fd
     os.close(fd)

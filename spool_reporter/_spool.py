@@ -38,6 +38,7 @@ import os
 import time
 from collections.abc import Iterator
 
+from ._hot import _LOCK_FLAGS as _LOCK_FLAGS  # noqa: PLC0414 - re-exported for the cold path
 from ._hot import _O_BINARY as _O_BINARY  # noqa: PLC0414 - re-exported for the cold path
 from ._hot import _O_CLOEXEC as _O_CLOEXEC  # noqa: PLC0414 - re-exported for the cold path
 from ._hot import _O_NOFOLLOW as _O_NOFOLLOW  # noqa: PLC0414 - re-exported for the cold path
@@ -61,6 +62,7 @@ from ._hot import (
     append,
     lock_fd,
     make_dirs,
+    open_ours,
     parse,
     state_dir,
     take_lock,
@@ -72,6 +74,22 @@ from ._hot import _try_lock as _try_lock  # noqa: PLC0414 - re-exported for the 
 REFUSED_NAME = "refused"
 """One byte per event refused beside a busy lock past :data:`MAX_ASIDE` (see :func:`append_aside`)."""
 
+INTRUDER_PREFIX = ".intruder-"
+"""A folder planted at one of our file names is renamed aside to ``.intruder-<ns>-<pid>-<name>`` (anything
+else planted there is unlinked: that never touches what a link points to); the flusher logs and clears them."""
+
+TMP_PREFIX = "tmp-"
+"""Short-lived files written and renamed under the spool lock (or by the one flusher); one left by a killed
+process is deleted by the next claim."""
+
+ASIDE_PREFIX = ".aside-"
+ASIDE_SUFFIX = ".tmp"
+""":func:`append_aside` writes ``.aside-<pid>-<random>.tmp``, then renames it to a one-line segment."""
+
+STALE_ASIDE_SECONDS = 60.0
+"""An aside file is written and renamed within microseconds: one this old (or whose writer is gone) was left by
+a process killed in between, and :func:`tidy` publishes or removes it."""
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -80,14 +98,19 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACTIVE_NAME",
+    "ASIDE_PREFIX",
+    "ASIDE_SUFFIX",
     "COUNTERS_NAME",
     "DIR_MODE",
     "FILE_MODE",
     "Folder",
     "HUGE_ACTIVE_BYTES",
+    "FolderLock",
     "HotFolder",
+    "INTRUDER_PREFIX",
     "LOCK_NAME",
     "LOCK_WAIT_SECONDS",
+    "LockTimeout",
     "MAX_ASIDE",
     "MAX_BYTES",
     "MAX_EVENTS",
@@ -95,7 +118,9 @@ __all__ = [
     "SEGMENT_PREFIX",
     "SEGMENT_SUFFIX",
     "REFUSED_NAME",
+    "STALE_ASIDE_SECONDS",
     "SpoolError",
+    "TMP_PREFIX",
     "add_counter",
     "append",
     "append_aside",
@@ -105,16 +130,23 @@ __all__ = [
     "lock_fd",
     "make_dirs",
     "names",
+    "open_ours",
     "parse_lines",
     "purge",
     "purge_if_present",
     "read_bytes",
     "read_counters",
+    "reopen",
+    "replace_file",
     "seal_active",
+    "set_aside",
     "segment_count",
     "segment_name",
     "segments",
     "take_lock",
+    "tidy",
+    "touch",
+    "write_new",
 ]
 
 
@@ -179,6 +211,11 @@ def purge(folder: HotFolder) -> int:
             deleted += count
         except FileNotFoundError:
             continue
+    for name in names(folder):  # lines a killed command left beside a busy lock
+        if name.startswith(ASIDE_PREFIX) and name.endswith(ASIDE_SUFFIX):
+            with contextlib.suppress(FileNotFoundError):
+                folder.unlink(name)
+                deleted += 1
     return deleted
 
 
@@ -245,21 +282,131 @@ def segment_name(lines: int, now_ns: int | None = None) -> str:
     return f"{SEGMENT_PREFIX}{ns:020d}-{os.getpid()}-{lines}{SEGMENT_SUFFIX}"
 
 
+# --- planted files: set aside, never followed ---
+
+
+@contextlib.contextmanager
+def _recovering(folder: HotFolder) -> Iterator[None]:
+    """One recovery at a time: an exclusive ``flock`` on the folder's own descriptor (no file of ours is
+    involved, so a planted one cannot stop it), bounded like the spool lock."""
+    if folder.fd is None:  # pragma: no cover - Windows
+        yield
+        return
+    if not take_lock(folder.fd, LOCK_WAIT_SECONDS):
+        raise BlockingIOError("another process is recovering the spool folder")
+    try:
+        yield
+    finally:
+        import fcntl
+
+        fcntl.flock(folder.fd, fcntl.LOCK_UN)
+
+
+def set_aside(folder: HotFolder, name: str) -> None:
+    """Get whatever sits at ``name`` out of the way: a folder is renamed to :data:`INTRUDER_PREFIX`..., anything
+    else is unlinked (a symlink's target, a hard link's other names and a FIFO's writers are never touched)."""
+    import stat
+
+    try:
+        st = folder.lstat(name)
+    except FileNotFoundError:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISDIR(st.st_mode):
+            folder.rename(name, f"{INTRUDER_PREFIX}{time.time_ns()}-{os.getpid()}-{name}")
+        else:
+            folder.unlink(name)
+
+
+def reopen(folder: HotFolder, name: str, flags: int) -> tuple[int, os.stat_result]:
+    """:func:`~._hot.open_ours`' rare path: set aside what sits at ``name`` if it is not a regular file of ours,
+    then open (create) a fresh one; ``(descriptor, fstat)``.
+
+    Recoveries take turns (:func:`_recovering`) and look again under that lock, so a good file that another
+    process has just created is never set aside (which, for a lock file, would split its holders in two).
+    """
+    with _recovering(folder):
+        try:
+            planted = not _trusted_file(folder.lstat(name))
+        except FileNotFoundError:
+            planted = False
+        if planted:
+            set_aside(folder, name)
+        fd = folder.open(name, flags | os.O_CREAT)
+        try:
+            st = os.fstat(fd)
+            if not _trusted_file(st):
+                raise SpoolError(f"{name} is not a file of ours")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st
+
+
+_TOUCH_FLAGS = os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
+
+
+def touch(folder: HotFolder, name: str, when: float) -> None:
+    """Create ``name`` if needed (setting aside anything planted there) and set its mtime to ``when``."""
+    fd = open_ours(folder, name, _TOUCH_FLAGS)[0]
+    try:
+        if os.utime in os.supports_fd:
+            os.utime(fd, (when, when))
+        else:  # pragma: no cover - Windows
+            os.utime(os.path.join(folder.path, name), (when, when))
+    finally:
+        os.close(fd)
+
+
+def write_new(folder: HotFolder, name: str, data: bytes) -> str:
+    """Write ``data`` to a fresh temporary file (:data:`TMP_PREFIX`) for ``name``; returns its name."""
+    tmp = f"{TMP_PREFIX}{os.getpid()}-{time.monotonic_ns()}-{name}"
+    fd = folder.open(tmp, _NEW_FLAGS)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        os.close(fd)
+        folder.unlink(tmp)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def replace_file(folder: HotFolder, name: str, data: bytes) -> None:
+    """Atomically replace ``name`` with ``data`` (temporary file + rename). The rename replaces a symlink, FIFO
+    or foreign file planted at ``name`` without following it; a planted folder is set aside first."""
+    import stat
+
+    tmp = write_new(folder, name, data)
+    try:
+        try:
+            folder.rename(tmp, name)
+        except OSError:
+            try:
+                planted = stat.S_ISDIR(folder.lstat(name).st_mode)
+            except OSError:
+                planted = False
+            if not planted:
+                raise
+            with _recovering(folder):
+                set_aside(folder, name)
+            folder.rename(tmp, name)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            folder.unlink(tmp)
+        raise
+
+
 def add_counter(folder: HotFolder, key: str, amount: int) -> None:
     """Add ``amount`` to drop counter ``key`` in ``counters``. Caller holds the lock."""
     if amount <= 0:
         return
     counts = _counters_file(folder)  # not read_counters: 'refused' lives in its own file
     counts[key] = counts.get(key, 0) + amount
-    data = "".join(f"{k}={v}\n" for k, v in sorted(counts.items())).encode("ascii")
-    fd = folder.open(COUNTERS_NAME, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
-    try:
-        if not _trusted_file(os.fstat(fd)):
-            raise SpoolError("counters is not a file of ours")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, data, 0) if hasattr(os, "pwrite") else os.write(fd, data)
-    finally:
-        os.close(fd)
+    replace_file(folder, COUNTERS_NAME, "".join(f"{k}={v}\n" for k, v in sorted(counts.items())).encode("ascii"))
 
 
 def _counters_file(folder: HotFolder) -> dict[str, int]:
@@ -339,14 +486,13 @@ def append_aside(folder: HotFolder, line: bytes) -> int:
     """
     present = names(folder)
     if sum(1 for n in present if n.endswith("-1" + SEGMENT_SUFFIX)) >= MAX_ASIDE:
-        fd = folder.open(REFUSED_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+        fd = open_ours(folder, REFUSED_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC)[0]
         try:
-            if _trusted_file(os.fstat(fd)):
-                os.write(fd, b".")
+            os.write(fd, b".")
         finally:
             os.close(fd)
         raise BlockingIOError("spool lock busy and too many aside segments")
-    tmp = f".aside-{os.getpid()}-{os.urandom(4).hex()}.tmp"
+    tmp = f"{ASIDE_PREFIX}{os.getpid()}-{os.urandom(4).hex()}{ASIDE_SUFFIX}"
     fd = folder.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY)
     try:
         written = os.write(fd, line)
@@ -357,6 +503,118 @@ def append_aside(folder: HotFolder, line: bytes) -> int:
         raise OSError("short write")
     folder.rename(tmp, segment_name(1))
     return 0
+
+
+def _writer_gone(name: str) -> bool:
+    """Whether the process named in ``.aside-<pid>-...`` is gone (a pid in use again reads as alive)."""
+    digits = name[len(ASIDE_PREFIX) :].split("-", 1)[0]
+    if not (digits.isascii() and digits.isdigit()):
+        return True
+    try:
+        os.kill(int(digits), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _leftover_aside(folder: HotFolder, name: str, now: float) -> str | None:
+    """Publish a complete line a killed appender left in an aside file as its own segment, or delete a torn one
+    (counted as ``corrupt``: that line only). Returns a line for the log, or ``None`` if the writer may still
+    be at work."""
+    from ._event import MAX_LINE_BYTES
+
+    try:
+        st = folder.lstat(name)
+    except FileNotFoundError:
+        return None
+    if not _trusted_file(st):
+        set_aside(folder, name)
+        return f"removed {name}: not a file of ours"
+    if now - st.st_mtime < STALE_ASIDE_SECONDS and not _writer_gone(name):
+        return None
+    data = read_bytes(folder, name, MAX_LINE_BYTES + 2) or b""
+    if data.endswith(b"\n") and data.count(b"\n") == 1 and len(data) <= MAX_LINE_BYTES + 1:
+        new = segment_name(1, max(0, int(st.st_mtime * 1e9)))
+        if new not in names(folder):
+            folder.rename(name, new)
+            return f"kept the event a killed command left in {name}"
+    folder.unlink(name)
+    if data.strip():
+        add_counter(folder, "corrupt", 1)
+        return f"removed {name}: a torn line (counted as corrupt)"
+    return f"removed {name}: empty"
+
+
+def tidy(folder: HotFolder, now: float) -> list[str]:
+    """What killed processes and planted folders left behind, cleared at a claim (caller holds the lock):
+    ``tmp-*`` files are deleted, stale aside files published or deleted (:func:`_leftover_aside`), and folders
+    set aside at our file names removed if empty (a non-empty one is left, renamed ``.intruder-kept-*``, and
+    reported once). Returns lines for the flusher's log."""
+    notes = []
+    for name in names(folder):
+        if name.startswith(TMP_PREFIX):
+            with contextlib.suppress(OSError):
+                folder.unlink(name)
+        elif name.startswith(ASIDE_PREFIX) and name.endswith(ASIDE_SUFFIX):
+            note = _leftover_aside(folder, name, now)
+            if note:
+                notes.append(note)
+        elif name.startswith(INTRUDER_PREFIX) and not name.startswith(INTRUDER_PREFIX + "kept-"):
+            planted = name[len(INTRUDER_PREFIX) :].split("-", 2)[-1]
+            try:
+                os.rmdir(name, dir_fd=folder.fd)
+                notes.append(f"removed an empty folder planted at {planted}")
+            except OSError:
+                with contextlib.suppress(OSError):
+                    folder.rename(name, INTRUDER_PREFIX + "kept-" + name[len(INTRUDER_PREFIX) :])
+                notes.append(f"a folder was planted at {planted}; it is kept as {INTRUDER_PREFIX}kept-...")
+    return notes
+
+
+class LockTimeout(TimeoutError):
+    """A :class:`FolderLock` was not free within its timeout."""
+
+
+class FolderLock:
+    """The exclusive OS lock on lock file ``name`` of ``folder``, as the hook takes it (:func:`~._hot.lock_fd`):
+    opened relative to the folder's descriptor, never by path or through a symlink (anything planted at the name
+    is set aside), and taken within ``timeout`` seconds (``0``: one try) or :class:`LockTimeout`. The same
+    ``flock`` as :class:`filelock.FileLock` on that file, which the command line uses. Not re-entrant."""
+
+    def __init__(self, folder: HotFolder, name: str, timeout: float) -> None:
+        self.folder = folder
+        self.name = name
+        self.timeout = timeout
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        if self.fd is not None:
+            raise RuntimeError(f"{self.name} is already held")
+        fd = open_ours(self.folder, self.name, _LOCK_FLAGS)[0]
+        try:
+            taken = take_lock(fd, self.timeout)
+        except BaseException:
+            os.close(fd)
+            raise
+        if not taken:
+            os.close(fd)
+            raise LockTimeout(f"{self.name} is held by another process")
+        self.fd = fd
+
+    def release(self) -> None:
+        """Closing the descriptor releases the lock; the file stays (never delete a lock file)."""
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            os.close(fd)
+
+    def __enter__(self) -> FolderLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def purge_if_present(app: App, env: Mapping[str, str]) -> None:

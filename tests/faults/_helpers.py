@@ -19,6 +19,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -437,6 +438,8 @@ run as root could pass for the wrong reason."""
 ATTACKER = (65533, 65533)
 """Another local user, who can write a folder above the victim's state folder."""
 
+ROOT = (0, 0)
+
 
 def as_user(user: tuple[int, int]) -> list[str]:
     """The command prefix that runs a process as ``user`` (no supplementary groups)."""
@@ -455,3 +458,65 @@ def users_root() -> Iterator[Path]:
         yield root
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+class Victim:
+    """An unprivileged user's home under ``root`` (config with a client id, reporting on), a folder every user can
+    write holding the user's state (``XDG_STATE_HOME``), and a precious file and a folder of the user's outside
+    both. :meth:`run` runs Python code as that user."""
+
+    def __init__(self, root: Path, config_extra: str = "", *, user: tuple[int, int] = VICTIM) -> None:
+        from spool_reporter._event import uuid4
+
+        self.user = user
+
+        self.root = root
+        self.home = root / "victim"
+        config = self.home / "config"
+        config.mkdir(parents=True)
+        (config / "djangoanalytics").write_text(f"disable=0\nclient_id={uuid4()}\n{config_extra}")
+        self.precious = self.home / "precious"
+        self.precious.write_bytes(b"the victim's own file\n")
+        self.decoy = self.home / "decoy"  # a folder of the victim's, where a planted link points
+        self.decoy.mkdir()
+        self.shared = root / "shared"
+        self.shared.mkdir()
+        self.shared.chmod(0o777)  # anyone may create, rename and delete entries (no sticky bit)
+        for path in (self.home, *self.home.rglob("*")):
+            os.lchown(path, *user)
+        self.precious.chmod(0o644)
+        from conftest import clean_environ
+
+        self.env = clean_environ(self.home)
+        self.env["XDG_STATE_HOME"] = str(self.shared)
+
+    def state_dir(self) -> Path:
+        return Path(self.env["XDG_STATE_HOME"]) / "spool_reporter" / "django"
+
+    def prefix(self) -> list[str]:
+        """The command prefix that runs a process as this user (none for root)."""
+        return as_user(self.user) if self.user != ROOT else []
+
+    def can_start_python(self) -> bool:
+        """Whether a process of this user can start ``sys.executable`` itself (as the hook starts the flusher):
+        not where the interpreter lives in a folder only root may enter (``/root/.pyenv``)."""
+        probe = [
+            *self.prefix(),
+            sys.executable,
+            "-c",
+            "import os, sys; os.execv(sys.executable, [sys.executable, '-c', ''])",
+        ]
+        return subprocess.run(probe, capture_output=True, timeout=60, check=False).returncode == 0
+
+    def run(
+        self, code: str, *args: str, timeout: float = 60, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*self.prefix(), sys.executable, "-c", textwrap.dedent(code), *args],
+            env=self.env if env is None else env,
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )

@@ -12,17 +12,12 @@ import os
 import stat
 import subprocess
 import sys
-import textwrap
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import clean_environ
 
-from spool_reporter._event import uuid4
-
-from ._helpers import ATTACKER, VICTIM, Figures, as_user, read_line, scale, tree, users_root
+from ._helpers import ATTACKER, VICTIM, Figures, Victim, as_user, read_line, scale, tree, users_root
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(sys.platform != "linux", reason="Linux: setpriv")]
 
@@ -31,41 +26,6 @@ from spool_reporter import record
 from spool_reporter._app import django_app
 print(record("startproject", app=django_app("5.2")), flush=True)
 """
-
-
-class Users:
-    """The victim's home (config with a client id, reporting on), a shared folder holding the victim's state
-    (``XDG_STATE_HOME``), and a precious file of the victim's outside both."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.home = root / "victim"
-        config = self.home / "config"
-        config.mkdir(parents=True)
-        (config / "djangoanalytics").write_text(f"disable=0\nclient_id={uuid4()}\n")
-        self.precious = self.home / "precious"
-        self.precious.write_bytes(b"the victim's own file\n")
-        self.decoy = self.home / "decoy"  # a folder of the victim's, where a planted link points
-        self.decoy.mkdir()
-        self.shared = root / "shared"
-        self.shared.mkdir()
-        self.shared.chmod(0o777)  # anyone may create, rename and delete entries (no sticky bit)
-        for path in (self.home, *self.home.rglob("*")):
-            os.lchown(path, *VICTIM)
-        self.precious.chmod(0o644)
-        self.env = clean_environ(self.home)
-        self.env["XDG_STATE_HOME"] = str(self.shared)
-
-    def run(self, code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*as_user(VICTIM), sys.executable, "-c", textwrap.dedent(code), *args],
-            env=self.env,
-            cwd=self.root,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
 
 
 LINKS: list[Any] = [
@@ -79,7 +39,7 @@ LINKS: list[Any] = [
 @pytest.mark.parametrize(("where", "owner"), LINKS)
 def test_symlink_above_the_last_folder(figures: Figures, where: str, owner: tuple[int, int]) -> None:
     with users_root() as root:
-        users = Users(root)
+        users = Victim(root)
         if where:
             link = users.shared / where
             link.parent.mkdir(parents=True, exist_ok=True)
@@ -111,7 +71,7 @@ def test_symlink_above_the_last_folder(figures: Figures, where: str, owner: tupl
 def test_a_root_owned_link_above_the_state_base_is_followed(figures: Figures) -> None:
     # /home -> /var/home (Fedora Silverblue), /tmp -> private/tmp (macOS): the system's links still work.
     with users_root() as root:
-        users = Users(root)
+        users = Victim(root)
         real = users.shared / "real-state"
         real.mkdir()
         os.lchown(real, *VICTIM)
@@ -201,7 +161,7 @@ print(swaps, flush=True)
 def test_swap_between_mkdir_and_chmod(figures: Figures) -> None:
     seconds, count = scale("race_seconds"), scale("race_iterations")
     with users_root() as root:
-        users = Users(root)
+        users = Victim(root)
         folder = users.shared / "spool_reporter" / "django"
         attacker = subprocess.Popen(
             [*as_user(ATTACKER), sys.executable, "-c", ATTACKER_LOOP, str(folder.parent), str(users.precious), "300"],
