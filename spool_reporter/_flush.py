@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
-from . import _consent, _hook, _settings, _spool
+from . import _consent, _hook, _hot, _settings, _spool
 from ._app import App
 from ._spawn import FLUSHER_LOCK_FD_ENV, FLUSHER_LOCK_NAME, GATE_NAME
 from .transports import Batch, Event, Request, transport_for
@@ -202,6 +202,17 @@ def _log(folder: _spool.Folder, line: str) -> None:
             os.close(fd)
     except OSError:
         pass
+
+
+def _gate(folder: _spool.Folder) -> float | None:
+    """The back-off time on disk (``flush.notbefore``'s mtime), if a regular file holds it."""
+    import stat
+
+    try:
+        st = folder.lstat(GATE_NAME)
+    except OSError:
+        return None
+    return st.st_mtime if stat.S_ISREG(st.st_mode) else None
 
 
 def _iso(epoch: float) -> str:
@@ -845,11 +856,8 @@ def _run_locked(
     progress: Callable[[int, int], None] | None,
 ) -> FlushResult:
     if not ignore_backoff:
-        try:
-            gate = folder.lstat(GATE_NAME).st_mtime
-        except OSError:
-            gate = 0.0
-        if gate > _now():
+        gate = _gate(folder)
+        if gate is not None and _hot.backing_off(gate, _now()):
             return FlushResult(
                 outcome="failed",
                 remaining=_spool.count_queued(folder),
@@ -1033,11 +1041,14 @@ def read_state(app: App, *, environ: Mapping[str, str] | None = None) -> FlushSt
         return value[:500] if isinstance(value, str) else None
 
     failures = state.get("consecutive_failures")
+    next_retry = num("next_retry")
+    if next_retry is not None and next_retry > _now() + _hot.MAX_BACKOFF:
+        next_retry = None  # further ahead than any back-off (a wrong clock): the gate counts it as expired
     return FlushState(
         last_flush=num("last_flush"),
         last_result=text("last_result"),
         last_error=text("last_error"),
-        next_retry=num("next_retry"),
+        next_retry=next_retry,
         consecutive_failures=failures if isinstance(failures, int) and failures >= 0 else 0,
         log_tail=tail,
     )

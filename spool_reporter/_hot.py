@@ -1108,6 +1108,14 @@ SPAWN_INTERVAL_ENV: "Final" = "SPOOL_REPORTER_SPAWN_INTERVAL"  # shortens it (te
 SPAWN_THRESHOLD_BYTES: "Final" = 64 * 1024
 # No second spawn this soon after one, whatever the command: covers a new flusher's start-up.
 SPAWN_GAP: "Final" = 10.0
+# The longest back-off a flusher writes (_settings.BACKOFF_CAP, which also clamps Retry-After). A gate further
+# ahead was written by a clock that was wrong (or planted): it counts as expired, not as a year of silence.
+MAX_BACKOFF: "Final" = 24 * 3600.0
+
+
+def backing_off(gate: "float | None", now: "float") -> "bool":
+    # Whether the back-off time ``gate`` (flush.notbefore's mtime) is still ahead, clamped to MAX_BACKOFF.
+    return gate is not None and now < gate <= now + MAX_BACKOFF
 
 
 def _has_queued(path: "str") -> "bool":
@@ -1171,8 +1179,7 @@ def gate_open(
     folder: "Folder", active_size: "int", *, long_lived: "bool", env: "Mapping[str, str]", now: "float"
 ) -> "bool":
     # Steps 2-3 above: back-off expired, interval passed (or not needed).
-    gate = _mtime(folder, GATE_NAME)
-    if gate is not None and gate > now:
+    if backing_off(_mtime(folder, GATE_NAME), now):
         return False
     stamp = _mtime(folder, STAMP_NAME)
     # A stamp in the future (the clock was set back) counts as expired rather than blocking for long.
