@@ -589,6 +589,10 @@ class _Run:
             for note in _spool.tidy(self.folder, _now()):  # what killed processes and planted folders left
                 _log(self.folder, f"{_iso(_now())} pid={os.getpid()} {note}")
             _spool.seal_active(self.folder)
+            for name, _, size in self.folder.segments():
+                if size > _spool.HUGE_ACTIVE_BYTES:  # damaged: whole lines are kept, overlong ones counted
+                    kept, bad = _spool.recut(self.folder, name)
+                    _log(self.folder, f"{_iso(_now())} pid={os.getpid()} re-cut {name}: {kept} lines kept, {bad} bad")
             _spool.enforce_caps(
                 self.folder,
                 _cap(self.user, "max_events", _spool.MAX_EVENTS),
@@ -621,8 +625,15 @@ class _Run:
             _spool.add_counter(self.folder, "rejected", rejected)
             _spool.add_counter(self.folder, "corrupt", bad)
 
-    def send_segment(self, name: str, size: int, total: int, done_before: int) -> tuple[Answer | None, int]:
-        """Send one segment batch by batch. Returns the failed answer (or ``None``) and the events handled."""
+    def send_segment(self, name: str, count: int, total: int, done_before: int) -> tuple[Answer | None, int]:
+        """Send one segment batch by batch, holding it as :class:`~._spool.Sending` (the caps leave it alone).
+        Returns the failed answer (or ``None``) and the events handled."""
+        with _spool.Sending(self.folder, name) as sending:
+            if not sending.held:
+                return None, 0  # the caps (which counted it) or a purge took it since the claim
+            return self._send_segment(name, count, total, done_before)
+
+    def _send_segment(self, name: str, count: int, total: int, done_before: int) -> tuple[Answer | None, int]:
         try:
             data = self.folder.read_bytes(name, _spool.HUGE_ACTIVE_BYTES + 1)
         except FileNotFoundError:
@@ -630,11 +641,9 @@ class _Run:
         except OSError:
             data = None
         if data is None or len(data) > _spool.HUGE_ACTIVE_BYTES:
-            # Not a segment we sealed (a planted link or file): it never leaves the machine.
+            # Replaced since the claim by something that is not a segment of ours: it never leaves the machine.
             with self.spool_lock:
-                with contextlib.suppress(OSError):
-                    self.folder.unlink(name)
-                _spool.add_counter(self.folder, "corrupt", _spool.segment_count(name) or 1)
+                _spool.set_aside(self.folder, name)
             return None, 0
         events, bad = _spool.parse_lines(data)
         done = {_event_id(e) for e in events if _event_id(e) in self.sent_ids}  # duplicates of this run
@@ -677,8 +686,8 @@ class _Run:
     def send_all(self, segments: list[tuple[str, int, int]]) -> Answer | None:
         total = sum(count for _, count, _ in segments)
         done = 0
-        for name, _count, size in segments:
-            failure, handled = self.send_segment(name, size, total, done)
+        for name, count, _size in segments:
+            failure, handled = self.send_segment(name, count, total, done)
             done += handled
             if failure is not None:
                 return failure

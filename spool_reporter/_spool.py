@@ -143,6 +143,10 @@ __all__ = [
     "segment_count",
     "segment_name",
     "segments",
+    "Sending",
+    "SCAN_LIMIT",
+    "in_flight",
+    "recut",
     "take_lock",
     "tidy",
     "touch",
@@ -230,17 +234,23 @@ def names(folder: HotFolder) -> list[str]:
 
 
 def segments(folder: HotFolder) -> list[tuple[str, int, int]]:
-    """Sealed segments, oldest first: ``(name, lines, bytes)``."""
+    """Sealed segments, oldest first: ``(name, lines, bytes)``.
+
+    Only regular files of ours count (anything else at a segment name holds no event of ours; the flusher sets
+    it aside), and a name never claims more lines than its bytes can hold: a planted
+    ``seg-...-99999999.jsonl`` must not inflate ``status``, trip the caps or be counted as that many losses.
+    """
     found = []
     for name in names(folder):
         count = segment_count(name)
         if count is None:
             continue
         try:
-            size = folder.lstat(name).st_size
+            st = folder.lstat(name)
         except OSError:
             continue
-        found.append((name, count, size))
+        if _trusted_file(st):
+            found.append((name, min(count, st.st_size), st.st_size))
     found.sort()
     return found
 
@@ -431,17 +441,23 @@ def read_counters(folder: HotFolder) -> dict[str, int]:
 
 
 def seal_active(folder: HotFolder) -> tuple[str, int] | None:
-    """Rename ``spool.jsonl`` to a new segment. Caller holds the lock. Returns ``(name, lines)``."""
+    """Rename ``spool.jsonl`` to a new segment. Caller holds the lock. Returns ``(name, lines)``.
+
+    Something planted there that is not a regular file of ours is set aside unread (no event of ours is in it).
+    An active file larger than we ever write (damage: a crash's run of zeros, a line gone wrong) is re-cut into
+    proper segments instead (:func:`recut`): its valid lines are kept and each overlong line is counted.
+    """
     try:
         st = folder.lstat(ACTIVE_NAME)
     except FileNotFoundError:
         return None
-    if not _trusted_file(st) or st.st_size > HUGE_ACTIVE_BYTES:
-        # Not something we wrote: discard it rather than read or send it.
-        folder.unlink(ACTIVE_NAME)
-        add_counter(folder, "corrupt", 1)
+    if not _trusted_file(st):
+        set_aside(folder, ACTIVE_NAME)
         return None
     if st.st_size == 0:
+        return None
+    if st.st_size > HUGE_ACTIVE_BYTES:
+        recut(folder, ACTIVE_NAME)
         return None
     data = read_bytes(folder, ACTIVE_NAME, HUGE_ACTIVE_BYTES) or b""
     lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
@@ -450,16 +466,136 @@ def seal_active(folder: HotFolder) -> tuple[str, int] | None:
     return name, lines
 
 
+SCAN_LIMIT = 64 * 1024 * 1024
+""":func:`recut` reads at most this much of a damaged file (~30 ms): what lies beyond is one corrupt remainder."""
+
+
+def recut(folder: HotFolder, name: str) -> tuple[int, int]:
+    """Re-cut file ``name`` (ours, but larger than we write) into segments of whole lines and delete it. Caller
+    holds the lock. Lines longer than any event are skipped, never held in memory, and counted as ``corrupt``,
+    one each; so is an unread remainder past :data:`SCAN_LIMIT`. Returns ``(lines kept, lines counted)``."""
+    from ._event import MAX_LINE_BYTES
+
+    fd = folder.open(name, _READ_FLAGS)
+    kept = bad = 0
+    try:
+        out: list[bytes] = []
+        out_bytes = 0
+        line = bytearray()
+        overlong = False
+        left = SCAN_LIMIT
+
+        def flush_segment() -> None:
+            nonlocal out, out_bytes
+            if out:
+                tmp = write_new(folder, SEGMENT_SUFFIX, b"".join(out))
+                folder.rename(tmp, segment_name(len(out)))
+                out, out_bytes = [], 0
+
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            left -= len(chunk)
+            start = 0
+            while start < len(chunk):
+                end = chunk.find(b"\n", start)
+                stop = len(chunk) if end < 0 else end
+                if not overlong:
+                    line += chunk[start:stop]
+                    if len(line) > MAX_LINE_BYTES:
+                        overlong, line = True, bytearray()
+                if end < 0:
+                    break
+                if overlong:
+                    bad += 1
+                elif line.strip():
+                    out.append(bytes(line) + b"\n")
+                    out_bytes += len(line) + 1
+                    kept += 1
+                    if out_bytes >= SEGMENT_BYTES:
+                        flush_segment()
+                line, overlong = bytearray(), False
+                start = end + 1
+        if left <= 0 and os.read(fd, 1):
+            bad += 1  # the line in progress and everything past SCAN_LIMIT: one unread remainder
+        elif overlong:
+            bad += 1
+        elif line.strip():  # a last line without its newline: the reader decides, as for any active file
+            out.append(bytes(line) + b"\n")
+            kept += 1
+        flush_segment()
+    finally:
+        os.close(fd)
+    folder.unlink(name)
+    add_counter(folder, "corrupt", bad)
+    return kept, bad
+
+
+def in_flight(folder: HotFolder, name: str) -> bool:
+    """Whether a flusher is sending segment ``name`` right now (it holds a shared ``flock`` on it: see
+    :class:`Sending`)."""
+    if folder.fd is None:  # pragma: no cover - Windows: no shared locks; the caps may count a resend
+        return False
+    import fcntl
+
+    try:
+        fd = folder.open(name, _READ_FLAGS)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+class Sending:
+    """Held by the flusher while it sends segment ``name``: a shared ``flock`` on the segment, so that the caps
+    (:func:`enforce_caps`, in any process) never delete -- and count as dropped -- events already on their way.
+    ``held`` is false when the segment is gone (the caps or a purge took it first)."""
+
+    def __init__(self, folder: HotFolder, name: str) -> None:
+        self.fd: int | None = None
+        self.held = False
+        try:
+            self.fd = folder.open(name, _READ_FLAGS)
+        except FileNotFoundError:
+            return
+        if folder.fd is not None:
+            import fcntl
+
+            fcntl.flock(self.fd, fcntl.LOCK_SH)  # never blocks: the caps' probe only tries for an instant
+        self.held = True
+
+    def __enter__(self) -> Sending:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 def enforce_caps(folder: HotFolder, max_events: int, max_bytes: int) -> int:
     """Delete the oldest segments until the sealed ones fit the caps. Caller holds the lock.
 
-    Returns the number of events dropped (added to the ``cap`` counter).
+    A segment a flusher is sending (:func:`in_flight`) is neither deleted nor counted against the caps: its
+    events are leaving. Returns the number of events dropped (added to the ``cap`` counter), each one an event
+    that was still waiting.
     """
     sealed = segments(folder)
     events = sum(s[1] for s in sealed)
     size = sum(s[2] for s in sealed)
+    if events <= max_events and size <= max_bytes:
+        return 0
+    waiting = [s for s in sealed if not in_flight(folder, s[0])]
+    events = sum(s[1] for s in waiting)
+    size = sum(s[2] for s in waiting)
     dropped = 0
-    for name, count, nbytes in sealed:
+    for name, count, nbytes in waiting:
         if events <= max_events and size <= max_bytes:
             break
         try:
@@ -561,15 +697,23 @@ def tidy(folder: HotFolder, now: float) -> list[str]:
             note = _leftover_aside(folder, name, now)
             if note:
                 notes.append(note)
+        elif segment_count(name) is not None:
+            try:
+                foreign = not _trusted_file(folder.lstat(name))
+            except OSError:
+                foreign = False
+            if foreign:
+                set_aside(folder, name)
+                notes.append(f"removed {name}: not a segment of ours")
         elif name.startswith(INTRUDER_PREFIX) and not name.startswith(INTRUDER_PREFIX + "kept-"):
-            planted = name[len(INTRUDER_PREFIX) :].split("-", 2)[-1]
+            where = name[len(INTRUDER_PREFIX) :].split("-", 2)[-1]
             try:
                 os.rmdir(name, dir_fd=folder.fd)
-                notes.append(f"removed an empty folder planted at {planted}")
+                notes.append(f"removed an empty folder planted at {where}")
             except OSError:
                 with contextlib.suppress(OSError):
                     folder.rename(name, INTRUDER_PREFIX + "kept-" + name[len(INTRUDER_PREFIX) :])
-                notes.append(f"a folder was planted at {planted}; it is kept as {INTRUDER_PREFIX}kept-...")
+                notes.append(f"a folder was planted at {where}; it is kept as {INTRUDER_PREFIX}kept-...")
     return notes
 
 
