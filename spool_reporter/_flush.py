@@ -71,8 +71,15 @@ MAX_RESPONSE_BYTES: Final = 4096
 SPOOL_LOCK_TIMEOUT: Final = 2.0
 """Seconds to wait for ``spool.lock``: every holder keeps it for microseconds to milliseconds."""
 
+SETTLE_SECONDS: Final = 1.0
+"""The bookkeeping after the deadline (deleting what was acknowledged, the counters, the state, the back-off)
+waits at most this long for the spool lock in all; what it cannot delete in time stays queued and is sent
+again, with the same ids."""
+
 WATCHDOG_GRACE: Final = 2.0
-"""A detached flusher still alive this long after its deadline is ended by :func:`os._exit`."""
+"""A detached flusher still alive this long after its deadline is ended by :func:`os._exit`: later than any
+bookkeeping (:data:`SETTLE_SECONDS`), measured from the same deadline, so a run that ends on time is never
+killed while it settles."""
 
 ALARM_GRACE: Final = 5
 """...and, on POSIX, by the default action of ``SIGALRM`` this long after it (the last resort)."""
@@ -573,11 +580,17 @@ class _Run:
         self.progress = progress
         self.transport = transport_for(destination)
         self.sender = _Sender(destination.request_url(), env, tune, deadline)
-        self.spool_lock = _spool.FolderLock(folder, _spool.LOCK_NAME, SPOOL_LOCK_TIMEOUT)
         self.sent = 0
         self.rejected = 0
         self.failed = 0
         self.sent_ids: set[str] = set()
+
+    @property
+    def spool_lock(self) -> _spool.FolderLock:
+        """The spool lock, waited for at most :data:`SPOOL_LOCK_TIMEOUT` and never past the deadline plus
+        :data:`SETTLE_SECONDS` (then :class:`~._spool.LockTimeout`): the watchdog comes after that."""
+        left = self.deadline + SETTLE_SECONDS - time.monotonic()
+        return _spool.FolderLock(self.folder, _spool.LOCK_NAME, max(0.0, min(SPOOL_LOCK_TIMEOUT, left)))
 
     def secretless(self, text: str) -> str:
         secret = self.destination.api_secret
@@ -759,8 +772,22 @@ def run(
     :param progress: called as ``progress(handled, total)`` after each batch, in the calling thread.
     """
     env = os.environ if environ is None else environ
+    return _guarded_run(app, foreground=foreground, env=env, ignore_backoff=ignore_backoff, progress=progress)
+
+
+def _guarded_run(
+    app: App,
+    *,
+    foreground: bool,
+    env: Mapping[str, str],
+    ignore_backoff: bool,
+    progress: Callable[[int, int], None] | None,
+    deadline: float | None = None,
+) -> FlushResult:
     try:
-        return _run(app, foreground=foreground, env=env, ignore_backoff=ignore_backoff, progress=progress)
+        return _run(
+            app, foreground=foreground, env=env, ignore_backoff=ignore_backoff, progress=progress, deadline=deadline
+        )
     except OSError as exc:
         # A read-only or missing home, a symlink planted for the folder or a file of ours: nothing can be
         # claimed or recorded safely, so nothing is sent; the hook cannot append there either.
@@ -775,6 +802,7 @@ def _run(
     env: Mapping[str, str],
     ignore_backoff: bool,
     progress: Callable[[int, int], None] | None,
+    deadline: float | None,
 ) -> FlushResult:
     tune = _settings.tuning(env)
     path = _hook.state_dir(app, env)
@@ -824,7 +852,9 @@ def _run(
                 user=user,
                 destination=resolved.destination,
                 tune=tune,
-                deadline=time.monotonic() + tune.deadline,
+                # The detached process's deadline was set when it armed its watchdog; in the foreground the
+                # run starts once the flusher lock is ours.
+                deadline=time.monotonic() + tune.deadline if deadline is None else deadline,
                 ignore_backoff=ignore_backoff,
                 progress=progress,
             )
@@ -1088,11 +1118,14 @@ def _lower_priority() -> None:
                 os.close(fd)
 
 
-def _arm_watchdog(seconds: float) -> None:
-    """End the process :data:`WATCHDOG_GRACE` after ``seconds`` whatever it is doing (DNS, a stuck lock)."""
+def _arm_watchdog(deadline: float) -> None:
+    """End the process :data:`WATCHDOG_GRACE` after ``deadline`` (a :func:`time.monotonic` time: the run's own)
+    whatever it is doing (DNS, a stuck lock)."""
+    seconds = max(0.0, deadline - time.monotonic())
 
     def bite() -> None:
-        time.sleep(seconds + WATCHDOG_GRACE)
+        while (left := deadline + WATCHDOG_GRACE - time.monotonic()) > 0:
+            time.sleep(left)
         os._exit(EXIT_DEADLINE)
 
     threading.Thread(target=bite, name="spool_reporter-watchdog", daemon=True).start()
@@ -1115,7 +1148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--config-name", help="its config/policy file name")
     parser.add_argument("--env-prefix", help="its environment variable prefix")
     args = parser.parse_args(argv)
-    _arm_watchdog(_settings.tuning().deadline)
+    # One deadline for the run and its watchdog, taken now: the sends end by it, the bookkeeping within
+    # SETTLE_SECONDS after it, and only then (WATCHDOG_GRACE) may the watchdog end the process.
+    deadline = time.monotonic() + _settings.tuning().deadline
+    _arm_watchdog(deadline)
     if args.app == "django" and not (args.name or args.config_name or args.env_prefix):
         from ._app import django_app
 
@@ -1129,7 +1165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             env_prefix=args.env_prefix,
         )
     try:
-        result = run(app, foreground=False)
+        result = _guarded_run(
+            app, foreground=False, env=os.environ, ignore_backoff=False, progress=None, deadline=deadline
+        )
     except Exception:
         return 1
     return 0 if result.outcome in ("delivered", "nothing", "disabled", "no-endpoint", "busy") else 2
