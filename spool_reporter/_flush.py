@@ -954,45 +954,78 @@ def _run_locked(
 # --- read-only views -----------------------------------------------------------------------------------
 
 
-def _read_only_files(path: str) -> list[bytes]:
-    """The spool's files, oldest first, read without creating, locking or changing anything."""
-    import stat
+class _ReadOnly:
+    """The spool folder opened for reading only (``flush --dry-run``, ``status``): level by level through
+    descriptors as every writer opens it (a symlink planted at ``spool_reporter/`` or above is never followed
+    into someone else's folder), changing nothing, not even a mode. :attr:`usable` is false when there is no
+    such folder of ours."""
 
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return []
-    if not stat.S_ISDIR(st.st_mode):
-        return []
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return []
-    ordered = sorted(n for n in names if _spool.segment_count(n) is not None)
-    if _spool.ACTIVE_NAME in names:
-        ordered.append(_spool.ACTIVE_NAME)
-    found: list[bytes] = []
-    for name in ordered:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd: int | None = None
+        if _hot._DIR_FD:
+            try:
+                self.fd = _hot.open_dirs(path, create=False, own=_hot.OWN_LEVELS, tighten=False)
+            except OSError:
+                self.usable = False
+                return
+            self.usable = True
+        else:  # pragma: no cover - Windows
+            self.usable = os.path.isdir(path) and not os.path.islink(path)
+
+    def __enter__(self) -> _ReadOnly:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def names(self) -> list[str]:
+        if not self.usable:
+            return []
         try:
-            fd = os.open(os.path.join(path, name), _READ_FLAGS)
+            return os.listdir(self.fd if self.fd is not None else self.path)
         except OSError:
-            continue
+            return []
+
+    def read(self, name: str, limit: int) -> bytes:
+        """A regular file of ours, at most ``limit`` bytes; ``b""`` for anything else."""
+        if not self.usable:
+            return b""
         try:
-            fst = os.fstat(fd)
-            if not stat.S_ISREG(fst.st_mode) or fst.st_size > _spool.HUGE_ACTIVE_BYTES:
-                continue
+            if self.fd is not None:
+                fd = os.open(name, _READ_FLAGS, dir_fd=self.fd)
+            else:  # pragma: no cover - Windows
+                fd = os.open(os.path.join(self.path, name), _READ_FLAGS)
+        except OSError:
+            return b""
+        try:
+            if not _spool._trusted_file(os.fstat(fd)):
+                return b""
             chunks = []
-            while True:
-                chunk = os.read(fd, 1 << 20)
+            while limit > 0:
+                chunk = os.read(fd, min(limit, 1 << 20))
                 if not chunk:
                     break
                 chunks.append(chunk)
-            found.append(b"".join(chunks))
+                limit -= len(chunk)
+            return b"".join(chunks)
         except OSError:
-            continue
+            return b""
         finally:
             os.close(fd)
-    return found
+
+
+def _read_only_files(path: str) -> list[bytes]:
+    """The spool's files, oldest first, read without creating, locking or changing anything. A damaged file
+    larger than we write is read as far as the flusher would re-cut it (:data:`~._spool.SCAN_LIMIT`)."""
+    with _ReadOnly(path) as folder:
+        names = folder.names()
+        ordered = sorted(n for n in names if _spool.segment_count(n) is not None)
+        if _spool.ACTIVE_NAME in names:
+            ordered.append(_spool.ACTIVE_NAME)
+        return [data for data in (folder.read(name, _spool.SCAN_LIMIT) for name in ordered) if data]
 
 
 def plan(app: App, *, environ: Mapping[str, str] | None = None) -> Plan:
@@ -1048,27 +1081,15 @@ def _planned(batch: Batch) -> PlannedRequest:
 
 def read_state(app: App, *, environ: Mapping[str, str] | None = None) -> FlushState:
     """The flusher's record for ``status``: last run, back-off and log tail. Reads only; never raises."""
-    path = _hook.state_dir(app, environ)
-
-    def read(name: str, limit: int) -> bytes:
-        try:
-            fd = os.open(os.path.join(path, name), _READ_FLAGS)
-        except OSError:
-            return b""
-        try:
-            return os.read(fd, limit)
-        except OSError:
-            return b""
-        finally:
-            os.close(fd)
-
+    with _ReadOnly(_hook.state_dir(app, environ)) as folder:
+        raw = folder.read(STATE_NAME, 4096)
+        log = folder.read(LOG_OLD_NAME, LOG_FILE_BYTES) + folder.read(LOG_NAME, LOG_FILE_BYTES)
     try:
-        state = json.loads(read(STATE_NAME, 4096) or b"{}")
+        state = json.loads(raw or b"{}")
     except ValueError:
         state = {}
     if not isinstance(state, dict):
         state = {}
-    log = read(LOG_OLD_NAME, LOG_FILE_BYTES) + read(LOG_NAME, LOG_FILE_BYTES)
     tail = tuple(line for line in log.decode("ascii", "replace").splitlines() if line.strip())[-LOG_TAIL_LINES:]
 
     def num(key: str) -> float | None:

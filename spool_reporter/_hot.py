@@ -738,13 +738,14 @@ def _trusted_link(name: "str", fd: "int") -> "str | None":
     )
 
 
-def open_dirs(path: "str", *, create: "bool", own: "int" = 0) -> "int":
+def open_dirs(path: "str", *, create: "bool", own: "int" = 0, tighten: "bool" = True) -> "int":
     # Open folder ``path`` one level at a time from ``/``, each level relative to the descriptor of the one above
     # it with O_DIRECTORY | O_NOFOLLOW, and return its descriptor: nothing is ever looked up by path, so a
     # symlink swapped in between two steps is never followed. ``create`` makes missing levels (mkdir relative to
     # the parent's descriptor, then fchmod 0700 on the new folder's own descriptor, whatever the umask). The last
     # ``own`` levels, and every level created here, must be folders we own; those of the last ``own`` are also
-    # tightened to 0700. Raises FileNotFoundError for a missing level (``create`` false), SpoolError for a level
+    # tightened to 0700 (unless ``tighten`` is false: a read-only view). Raises FileNotFoundError for a missing
+    # level (``create`` false), SpoolError for a level
     # that is not a folder or not ours, or a symlink that may not be followed.
     names = path.split("/")[::-1]  # a stack: the next level is names.pop()
     if names.pop() != "":
@@ -786,7 +787,7 @@ def open_dirs(path: "str", *, create: "bool", own: "int" = 0) -> "int":
                 st = os.fstat(fd)
                 if _UID is not None and st.st_uid != _UID:
                     raise SpoolError(f"not our folder: {path}")
-                if st.st_mode & 0o077 or (created and stat.S_IMODE(st.st_mode) != DIR_MODE):
+                if tighten and (st.st_mode & 0o077 or (created and stat.S_IMODE(st.st_mode) != DIR_MODE)):
                     os.fchmod(fd, DIR_MODE)  # mkdir's mode is filtered by the umask; this one is not
         return fd
     except BaseException:

@@ -195,3 +195,44 @@ def test_swap_between_mkdir_and_chmod(figures: Figures) -> None:
         checked=f"{swaps} swaps won by the attacker, {refused} creations refused; the victim's file kept its mode "
         "(0644) and content",
     )
+
+
+def test_read_only_views_never_follow_a_planted_link(figures: Figures) -> None:
+    # flush --dry-run and status read the spool folder too: through the same descriptors, never by path.
+    from spool_reporter._app import django_app
+    from spool_reporter._event import build_line, uuid4
+
+    with users_root() as root:
+        users = Victim(root)
+        fake = users.root / "attackers" / "django"
+        fake.mkdir(parents=True)
+        planted_id = uuid4()  # the planted events' client id
+        line = build_line(django_app("5.2"), "startproject", planted_id, time.time())
+        (fake / "spool.jsonl").write_bytes(line)
+        (fake / "state.json").write_text('{"last_result": "delivered", "last_error": "planted-by-the-attacker"}')
+        (fake / "flush.log").write_text("planted-by-the-attacker\n")
+        for path in (fake.parent, fake, *fake.iterdir()):
+            os.lchown(path, *ATTACKER)
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        link = users.shared / "spool_reporter"
+        link.symlink_to(fake.parent, target_is_directory=True)
+        os.lchown(link, *ATTACKER)
+        env = {**users.env, "DJANGO_ANALYTICS_ENDPOINT": "http://127.0.0.1:9/v1/batch"}
+        cli = (
+            "import runpy, sys; sys.argv = ['django-spool', *sys.argv[1:]]; "
+            "runpy.run_module('spool_reporter.cli', run_name='__main__')"
+        )
+        dry = users.run(cli, "flush", "--dry-run", "--json", env=env)
+        status = users.run(cli, "status", "--json", env=env)
+    assert dry.returncode in (0, 1), dry
+    assert status.returncode == 0, status
+    for result in (dry, status):
+        assert planted_id not in result.stdout, "a planted event was shown as ours"
+        assert "planted-by-the-attacker" not in result.stdout, "a planted state was shown as ours"
+    figures.row(
+        fault="symlink at spool_reporter/ read by flush --dry-run and status",
+        injected="the victim's spool_reporter/ is an attacker's symlink to a folder with a spool of planted events, "
+        "a state.json and a log; the victim runs flush --dry-run --json and status --json",
+        trials=2,
+        checked="neither shows the planted events, state or log",
+    )
