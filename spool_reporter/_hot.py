@@ -720,6 +720,8 @@ _DIR_FLAGS: "Final" = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
 
 OWN_LEVELS: "Final" = 2
 
+VERIFIED_PREFIX: "Final" = ".verified-"
+
 # The last two levels of a spool folder (``spool_reporter/<slug>``) are ours: real folders we own, 0700, never
 # a symlink of any owner. Above them, a symlink is followed only if root or we own it: another user cannot make
 # us walk into a folder of their choosing (``/home -> /var/home`` still works).
@@ -795,6 +797,26 @@ def open_dirs(path: "str", *, create: "bool", own: "int" = 0, tighten: "bool" = 
         raise
 
 
+def _known_folder(path: "str") -> "int | None":
+    # The fast way in: the folder opened in one step, used only if it is the very folder a full walk (open_dirs)
+    # verified before -- it holds the marker ``.verified-<dev>-<inode>`` that Folder leaves after a walk. A folder's
+    # inode has one name, so whatever path led here (a link swapped in above it included), this is that folder.
+    # Three system calls instead of two per level; None sends the caller on the walk.
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if (_UID is None or st.st_uid == _UID) and not st.st_mode & 0o077:
+            os.stat(f"{VERIFIED_PREFIX}{st.st_dev}-{st.st_ino}", dir_fd=fd, follow_symlinks=False)
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
 def make_dirs(path: "str") -> "None":
     # Create ``path`` and missing parents with mode ``0700``, whatever the umask, by descriptors (open_dirs).
     if _DIR_FD:
@@ -835,7 +857,16 @@ class Folder:
             if not stat.S_ISDIR(st.st_mode):
                 raise SpoolError(f"not a folder: {path}")
             return
-        self.fd = open_dirs(path, create=create, own=OWN_LEVELS)
+        fd = _known_folder(path)
+        if fd is None:
+            fd = open_dirs(path, create=create, own=OWN_LEVELS)
+            try:
+                st = os.fstat(fd)
+                marker = f"{VERIFIED_PREFIX}{st.st_dev}-{st.st_ino}"
+                os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE, dir_fd=fd))
+            except OSError:  # a read-only folder: the walk, every time
+                pass
+        self.fd = fd
 
     def close(self) -> "None":
         if self.fd is not None:

@@ -277,6 +277,27 @@ def flushers_of(marker: str) -> dict[int, str]:
     return found
 
 
+def flusher_idle(folder: Path, marker: str) -> bool:
+    """No flusher of this sandbox runs: none in the process table (``marker`` in its environment) and
+    ``flusher.lock`` free (a flusher holds it from its first instruction; a process in the middle of an exec
+    can briefly show no command line)."""
+    import fcntl
+
+    if flushers_of(marker):
+        return False
+    try:
+        fd = os.open(folder / "flusher.lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
 def process_state(pid: int) -> str:
     raw = _read(f"/proc/{pid}/stat", 4096)
     if not raw:

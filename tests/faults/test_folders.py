@@ -245,10 +245,14 @@ seen = []
 PATH_EVENTS = {"open": 0, "os.mkdir": 0, "os.chmod": 0, "os.rename": 0, "os.replace": 0, "os.remove": 0,
                "os.rmdir": 0, "os.utime": 0, "os.listdir": 0, "os.scandir": 0, "os.link": 0, "os.truncate": 0}
 
+folder = os.path.join(state, "django")
+
 def hook(event, args):
     if event in PATH_EVENTS and args and isinstance(args[0], (str, bytes)):
         path = os.fsdecode(args[0])
-        if path.startswith(state):
+        # The one exception: the folder itself, opened in one step and used only if it is the very folder a
+        # walk verified before (its inode named by the marker inside it).
+        if path.startswith(state) and not (event == "open" and path == folder):
             seen.append(f"{event} {path}")
 
 sys.addaudithook(hook)
@@ -307,8 +311,9 @@ def test_nothing_in_the_state_folder_is_reached_by_path(sandbox: Any, figures: F
         trials=2 + len(runs),
         recorded=2,
         delivered=delivered,
-        checked="0 paths: every level and file reached relative to a folder descriptor (django-spool purge and "
-        "enable/disable, in cli.py, still take spool.lock through filelock by path: not covered here)",
+        checked="0 paths but the folder's own (compared with the folder a walk verified before): every level and "
+        "file reached relative to a folder descriptor (django-spool purge, in cli.py, still takes spool.lock "
+        "through filelock by path: a strict xfail)",
     )
 
 

@@ -26,7 +26,7 @@ from ._helpers import (
     Figures,
     Victim,
     counters,
-    flushers_of,
+    flusher_idle,
     ids_in,
     spool_bytes,
     tree,
@@ -152,7 +152,7 @@ def test_planted_at_every_file(figures: Figures, kind: str, destination: str, us
             result = victim.run(RECORD, env=env)
             worst = max(worst, time.monotonic() - t0)
             assert (result.returncode, result.stdout, result.stderr) == (7, "hello\nbye\n", ""), result
-            wait_until(lambda: not flushers_of(str(victim.home)), 30, "background flushers", 0.02)
+            wait_until(lambda: flusher_idle(folder, str(victim.home)), 60, "background flushers", 0.02)
         # The commands' own flushers (the hook started them) must have delivered already.
         before_final = set(ids_in(spool_bytes(folder)))
         flushed = victim.run(FLUSH, env={**env, "SPOOL_REPORTER_FLUSHER": "1"})
