@@ -965,7 +965,7 @@ class _ReadOnly:
         self.fd: int | None = None
         if _hot._DIR_FD:
             try:
-                self.fd = _hot.open_dirs(path, create=False, own=_hot.OWN_LEVELS, tighten=False)
+                self.fd = _spool.open_dirs(path, create=False, own=_hot.OWN_LEVELS, tighten=False)
             except OSError:
                 self.usable = False
                 return

@@ -724,77 +724,8 @@ VERIFIED_PREFIX: "Final" = ".verified-"
 
 # The last two levels of a spool folder (``spool_reporter/<slug>``) are ours: real folders we own, 0700, never
 # a symlink of any owner. Above them, a symlink is followed only if root or we own it: another user cannot make
-# us walk into a folder of their choosing (``/home -> /var/home`` still works).
-
-
-def _trusted_link(name: "str", fd: "int") -> "str | None":
-    # The target of symlink ``name`` in folder ``fd`` if root or we own the link (checked twice, around the read,
-    # so a link swapped in meanwhile is not followed); else None.
-    before = os.stat(name, dir_fd=fd, follow_symlinks=False)
-    if not stat.S_ISLNK(before.st_mode) or before.st_uid not in (0, _UID):
-        return None
-    target = os.readlink(name, dir_fd=fd)
-    after = os.stat(name, dir_fd=fd, follow_symlinks=False)
-    return (
-        target if (after.st_ino, after.st_dev, after.st_uid) == (before.st_ino, before.st_dev, before.st_uid) else None
-    )
-
-
-def open_dirs(path: "str", *, create: "bool", own: "int" = 0, tighten: "bool" = True) -> "int":
-    # Open folder ``path`` one level at a time from ``/``, each level relative to the descriptor of the one above
-    # it with O_DIRECTORY | O_NOFOLLOW, and return its descriptor: nothing is ever looked up by path, so a
-    # symlink swapped in between two steps is never followed. ``create`` makes missing levels (mkdir relative to
-    # the parent's descriptor, then fchmod 0700 on the new folder's own descriptor, whatever the umask). The last
-    # ``own`` levels, and every level created here, must be folders we own; those of the last ``own`` are also
-    # tightened to 0700 (unless ``tighten`` is false: a read-only view). Raises FileNotFoundError for a missing
-    # level (``create`` false), SpoolError for a level
-    # that is not a folder or not ours, or a symlink that may not be followed.
-    names = path.split("/")[::-1]  # a stack: the next level is names.pop()
-    if names.pop() != "":
-        raise SpoolError(f"not an absolute path: {path}")
-    fd = os.open("/", _DIR_FLAGS)
-    links = 0
-    try:
-        while names:
-            name = names.pop()
-            if name in ("", "."):
-                continue
-            mine = len(names) < own
-            created = False
-            try:
-                new = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    raise
-                try:
-                    os.mkdir(name, DIR_MODE, dir_fd=fd)
-                    created = True
-                except FileExistsError:
-                    pass
-                new = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            except OSError as exc:  # ELOOP / ENOTDIR: a symlink, or something else that is not a folder
-                target = None if mine else _trusted_link(name, fd)
-                links += 1
-                if target is None or links > 40:  # 40: the kernel's own limit (MAXSYMLINKS)
-                    raise SpoolError(f"not a folder: {path}") from exc
-                names.extend(target.split("/")[::-1])
-                if target.startswith("/"):
-                    new = os.open("/", _DIR_FLAGS)
-                    os.close(fd)
-                    fd = new
-                continue
-            os.close(fd)
-            fd = new
-            if mine or created:
-                st = os.fstat(fd)
-                if _UID is not None and st.st_uid != _UID:
-                    raise SpoolError(f"not our folder: {path}")
-                if tighten and (st.st_mode & 0o077 or (created and stat.S_IMODE(st.st_mode) != DIR_MODE)):
-                    os.fchmod(fd, DIR_MODE)  # mkdir's mode is filtered by the umask; this one is not
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+# us walk into a folder of their choosing (``/home -> /var/home`` still works). The walk that checks all this,
+# level by level through descriptors, is _spool.open_dirs; Folder takes it only when _known_folder cannot.
 
 
 def _known_folder(path: "str") -> "int | None":
@@ -818,24 +749,11 @@ def _known_folder(path: "str") -> "int | None":
 
 
 def make_dirs(path: "str") -> "None":
-    # Create ``path`` and missing parents with mode ``0700``, whatever the umask, by descriptors (open_dirs).
-    if _DIR_FD:
-        os.close(open_dirs(path, create=True))
-        return
-    missing = []  # pragma: no cover - Windows: no descriptor-relative calls
-    head = path
-    while head and not os.path.isdir(head):
-        missing.append(head)
-        parent = os.path.dirname(head)
-        if parent == head:
-            break
-        head = parent
-    for directory in reversed(missing):
-        try:
-            os.mkdir(directory, DIR_MODE)
-        except FileExistsError:
-            continue
-        os.chmod(directory, DIR_MODE)
+    # Create ``path`` and missing parents with mode ``0700``, whatever the umask, by descriptors (rare: first
+    # runs; the code is _spool.make_dirs).
+    from ._spool import make_dirs as make
+
+    make(path)
 
 
 class Folder:
@@ -859,6 +777,8 @@ class Folder:
             return
         fd = _known_folder(path)
         if fd is None:
+            from ._spool import open_dirs  # rare: a first run, or a folder not verified yet
+
             fd = open_dirs(path, create=create, own=OWN_LEVELS)
             try:
                 st = os.fstat(fd)

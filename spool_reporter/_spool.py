@@ -38,12 +38,15 @@ import os
 import time
 from collections.abc import Iterator
 
+from ._hot import _DIR_FD as _DIR_FD  # noqa: PLC0414 - re-exported for the cold path
+from ._hot import _DIR_FLAGS as _DIR_FLAGS  # noqa: PLC0414 - re-exported for the cold path
 from ._hot import _LOCK_FLAGS as _LOCK_FLAGS  # noqa: PLC0414 - re-exported for the cold path
 from ._hot import _O_BINARY as _O_BINARY  # noqa: PLC0414 - re-exported for the cold path
 from ._hot import _O_CLOEXEC as _O_CLOEXEC  # noqa: PLC0414 - re-exported for the cold path
 from ._hot import _O_NOFOLLOW as _O_NOFOLLOW  # noqa: PLC0414 - re-exported for the cold path
 from ._hot import _O_NONBLOCK as _O_NONBLOCK  # noqa: PLC0414 - re-exported for the cold path
 from ._hot import _READ_FLAGS as _READ_FLAGS  # noqa: PLC0414 - re-exported for the cold path
+from ._hot import _UID as _UID  # noqa: PLC0414 - re-exported for the cold path
 from ._hot import (
     ACTIVE_NAME,
     COUNTERS_NAME,
@@ -61,7 +64,6 @@ from ._hot import (
     SpoolError,
     append,
     lock_fd,
-    make_dirs,
     open_ours,
     parse,
     state_dir,
@@ -130,6 +132,7 @@ __all__ = [
     "lock_fd",
     "make_dirs",
     "names",
+    "open_dirs",
     "open_ours",
     "parse_lines",
     "purge",
@@ -290,6 +293,112 @@ def segment_count(name: str) -> int | None:
 def segment_name(lines: int, now_ns: int | None = None) -> str:
     ns = time.time_ns() if now_ns is None else now_ns
     return f"{SEGMENT_PREFIX}{ns:020d}-{os.getpid()}-{lines}{SEGMENT_SUFFIX}"
+
+
+# --- the state folder, level by level ---
+
+
+def _trusted_link(name: str, fd: int) -> str | None:
+    """The target of symlink ``name`` in folder ``fd`` if root or we own the link (checked twice, around the
+    read, so a link swapped in meanwhile is not followed); else ``None``."""
+    import stat
+
+    before = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    if not stat.S_ISLNK(before.st_mode) or before.st_uid not in (0, _UID):
+        return None
+    target = os.readlink(name, dir_fd=fd)
+    after = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    same = (after.st_ino, after.st_dev, after.st_uid) == (before.st_ino, before.st_dev, before.st_uid)
+    return target if same else None
+
+
+MAX_LINKS = 40
+"""Symlinks followed at most while opening one folder: the kernel's own limit (``MAXSYMLINKS``)."""
+
+
+def open_dirs(path: str, *, create: bool, own: int = 0, tighten: bool = True) -> int:
+    """Open folder ``path`` one level at a time from ``/`` and return its descriptor.
+
+    Each level is opened relative to the descriptor of the one above it with ``O_DIRECTORY | O_NOFOLLOW``:
+    nothing is looked up by path, so a symlink swapped in between two steps is never followed. ``create``
+    makes missing levels (``mkdir`` relative to the parent's descriptor, then ``fchmod`` 0700 on the new
+    folder's own descriptor, whatever the umask). The last ``own`` levels, and every level made here, must
+    be folders we own; those of the last ``own`` are also tightened to 0700 unless ``tighten`` is false (a
+    read-only view). Above the last ``own`` levels a symlink is followed only if root or we own it.
+
+    Raises :class:`FileNotFoundError` for a missing level (``create`` false), :class:`SpoolError` for a level
+    that is not a folder or not ours, or a symlink that may not be followed.
+    """
+    import stat
+
+    names = path.split("/")[::-1]  # a stack: the next level is names.pop()
+    if names.pop() != "":
+        raise SpoolError(f"not an absolute path: {path}")
+    fd = os.open("/", _DIR_FLAGS)
+    links = 0
+    try:
+        while names:
+            name = names.pop()
+            if name in ("", "."):
+                continue
+            mine = len(names) < own
+            created = False
+            try:
+                new = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(name, DIR_MODE, dir_fd=fd)
+                    created = True
+                except FileExistsError:
+                    pass
+                new = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:  # ELOOP / ENOTDIR: a symlink, or something else that is not a folder
+                target = None if mine else _trusted_link(name, fd)
+                links += 1
+                if target is None or links > MAX_LINKS:
+                    raise SpoolError(f"not a folder: {path}") from exc
+                names.extend(target.split("/")[::-1])
+                if target.startswith("/"):
+                    new = os.open("/", _DIR_FLAGS)
+                    os.close(fd)
+                    fd = new
+                continue
+            os.close(fd)
+            fd = new
+            if mine or created:
+                st = os.fstat(fd)
+                if _UID is not None and st.st_uid != _UID:
+                    raise SpoolError(f"not our folder: {path}")
+                if tighten and (st.st_mode & 0o077 or (created and stat.S_IMODE(st.st_mode) != DIR_MODE)):
+                    os.fchmod(fd, DIR_MODE)  # mkdir's mode is filtered by the umask; this one is not
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def make_dirs(path: str) -> None:
+    """Create ``path`` and missing parents with mode ``0700``, whatever the umask, by descriptors
+    (:func:`open_dirs`)."""
+    if _DIR_FD:
+        os.close(open_dirs(path, create=True))
+        return
+    missing = []  # pragma: no cover - Windows: no descriptor-relative calls
+    head = path
+    while head and not os.path.isdir(head):
+        missing.append(head)
+        parent = os.path.dirname(head)
+        if parent == head:
+            break
+        head = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(directory, DIR_MODE)
 
 
 # --- planted files: set aside, never followed ---
