@@ -676,7 +676,17 @@ class Sending:
         if folder.fd is not None:
             import fcntl
 
-            fcntl.flock(self.fd, fcntl.LOCK_SH)  # never blocks: the caps' probe only tries for an instant
+            # The caps' probe holds its exclusive try-lock for an instant; a process that holds one for longer
+            # only costs the protection (the caps may then count this segment), never a wait past LOCK_WAIT.
+            deadline = time.monotonic() + LOCK_WAIT_SECONDS
+            while True:
+                try:
+                    fcntl.flock(self.fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.0002)
         self.held = True
 
     def __enter__(self) -> Sending:
