@@ -50,7 +50,7 @@ SCALES: dict[str, dict[str, int]] = {
         "storm_parallel": 3,
         "fuzz_examples": 150,
         "storage_reps": 1,
-        "race_seconds": 6,
+        "race_seconds": 4,
         "race_iterations": 40_000,
     },
     # The published figures (docs/_generated/reliability.json).
