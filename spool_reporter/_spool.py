@@ -421,6 +421,14 @@ def _recovering(folder: HotFolder) -> Iterator[None]:
         fcntl.flock(folder.fd, fcntl.LOCK_UN)
 
 
+def _planted(folder: HotFolder, name: str) -> bool:
+    """Whether something that is not a regular file of ours sits at ``name`` (``False`` if nothing does)."""
+    try:
+        return not _trusted_file(folder.lstat(name))
+    except OSError:
+        return False
+
+
 def set_aside(folder: HotFolder, name: str) -> None:
     """Get whatever sits at ``name`` out of the way: a folder is renamed to :data:`INTRUDER_PREFIX`..., anything
     else is unlinked (a symlink's target, a hard link's other names and a FIFO's writers are never touched)."""
@@ -445,11 +453,7 @@ def reopen(folder: HotFolder, name: str, flags: int) -> tuple[int, os.stat_resul
     process has just created is never set aside (which, for a lock file, would split its holders in two).
     """
     with _recovering(folder):
-        try:
-            planted = not _trusted_file(folder.lstat(name))
-        except FileNotFoundError:
-            planted = False
-        if planted:
+        if _planted(folder, name):
             set_aside(folder, name)
         fd = folder.open(name, flags | os.O_CREAT)
         try:
@@ -817,11 +821,7 @@ def tidy(folder: HotFolder, now: float) -> list[str]:
             if note:
                 notes.append(note)
         elif segment_count(name) is not None:
-            try:
-                foreign = not _trusted_file(folder.lstat(name))
-            except OSError:
-                foreign = False
-            if foreign:
+            if _planted(folder, name):
                 set_aside(folder, name)
                 notes.append(f"removed {name}: not a segment of ours")
         elif name.startswith(INTRUDER_PREFIX) and not name.startswith(INTRUDER_PREFIX + "kept-"):
