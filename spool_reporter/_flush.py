@@ -39,15 +39,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlsplit
 
-from . import _consent, _hook, _settings, _spool
+from . import _consent, _hook, _hot, _settings, _spool
 from ._app import App
 from ._spawn import FLUSHER_LOCK_FD_ENV, FLUSHER_LOCK_NAME, GATE_NAME
 from .transports import Batch, Event, Request, transport_for
 
 if TYPE_CHECKING:
-    import filelock
     import urllib3
 
 __all__ = ["FlushResult", "FlushState", "Plan", "PlannedRequest", "main", "plan", "read_state", "run"]
@@ -58,7 +58,6 @@ OUTCOMES: Final = frozenset({"delivered", "nothing", "disabled", "no-endpoint", 
 STATE_NAME: Final = "state.json"
 LOG_NAME: Final = "flush.log"
 LOG_OLD_NAME: Final = "flush.log.1"
-TMP_PREFIX: Final = "tmp-"
 
 LOG_FILE_BYTES: Final = 32 * 1024
 """``flush.log`` is rotated to ``flush.log.1`` at this size: both together stay under 64 KiB."""
@@ -72,8 +71,15 @@ MAX_RESPONSE_BYTES: Final = 4096
 SPOOL_LOCK_TIMEOUT: Final = 2.0
 """Seconds to wait for ``spool.lock``: every holder keeps it for microseconds to milliseconds."""
 
+SETTLE_SECONDS: Final = 1.0
+"""The bookkeeping after the deadline (deleting what was acknowledged, the counters, the state, the back-off)
+waits at most this long for the spool lock in all; what it cannot delete in time stays queued and is sent
+again, with the same ids."""
+
 WATCHDOG_GRACE: Final = 2.0
-"""A detached flusher still alive this long after its deadline is ended by :func:`os._exit`."""
+"""A detached flusher still alive this long after its deadline is ended by :func:`os._exit`: later than any
+bookkeeping (:data:`SETTLE_SECONDS`), measured from the same deadline, so a run that ends on time is never
+killed while it settles."""
 
 ALARM_GRACE: Final = 5
 """...and, on POSIX, by the default action of ``SIGALRM`` this long after it (the last resort)."""
@@ -167,47 +173,8 @@ class FlushState:
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _O_NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
-_NEW_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
 _APPEND_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
-_TOUCH_FLAGS: Final = os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
 _READ_FLAGS: Final = os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
-
-
-def _write_new(folder: _spool.Folder, name: str, data: bytes) -> str:
-    """Write ``data`` to a fresh temporary file next to ``name``; returns the temporary name."""
-    tmp = f"{TMP_PREFIX}{os.getpid()}-{time.monotonic_ns()}-{name}"
-    fd = folder.open(tmp, _NEW_FLAGS, _spool.FILE_MODE)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    except BaseException:
-        os.close(fd)
-        folder.unlink(tmp)
-        raise
-    os.close(fd)
-    return tmp
-
-
-def _replace(folder: _spool.Folder, name: str, data: bytes) -> None:
-    """Atomically replace ``name`` with ``data`` (temporary file + rename)."""
-    tmp = _write_new(folder, name, data)
-    try:
-        folder.rename(tmp, name)
-    except BaseException:
-        folder.unlink(tmp)
-        raise
-
-
-def _touch(folder: _spool.Folder, name: str, when: float) -> None:
-    fd = folder.open(name, _TOUCH_FLAGS, _spool.FILE_MODE)
-    try:
-        if os.utime in os.supports_fd:
-            os.utime(fd, (when, when))
-        else:  # pragma: no cover - Windows
-            os.utime(os.path.join(folder.path, name), (when, when))
-    finally:
-        os.close(fd)
 
 
 def _read_small(folder: _spool.Folder, name: str, limit: int) -> bytes | None:
@@ -230,19 +197,29 @@ def _log(folder: _spool.Folder, line: str) -> None:
     """Append one line to the bounded log (rotating at :data:`LOG_FILE_BYTES`). Never raises."""
     data = (line.replace("\n", " ")[:500] + "\n").encode("ascii", "replace")
     try:
-        try:
-            size = folder.lstat(LOG_NAME).st_size
-        except FileNotFoundError:
-            size = 0
-        if size + len(data) > LOG_FILE_BYTES:
+        fd, st = _spool.open_ours(folder, LOG_NAME, _APPEND_FLAGS)
+        if st.st_size + len(data) > LOG_FILE_BYTES:
+            os.close(fd)
+            _spool.set_aside(folder, LOG_OLD_NAME)  # a folder planted there would stop the rotation for good
             folder.rename(LOG_NAME, LOG_OLD_NAME)
-        fd = folder.open(LOG_NAME, _APPEND_FLAGS, _spool.FILE_MODE)
+            fd = _spool.open_ours(folder, LOG_NAME, _APPEND_FLAGS)[0]
         try:
             os.write(fd, data)
         finally:
             os.close(fd)
     except OSError:
         pass
+
+
+def _gate(folder: _spool.Folder) -> float | None:
+    """The back-off time on disk (``flush.notbefore``'s mtime), if a regular file holds it."""
+    import stat
+
+    try:
+        st = folder.lstat(GATE_NAME)
+    except OSError:
+        return None
+    return st.st_mtime if stat.S_ISREG(st.st_mode) else None
 
 
 def _iso(epoch: float) -> str:
@@ -271,26 +248,100 @@ def _env_proxies(environ: Mapping[str, str]) -> dict[str, str]:
     return proxies
 
 
+def _no_proxy_entry(entry: str) -> tuple[str, int | None] | None:
+    """One ``NO_PROXY`` entry as ``(host or network, port or None)``; ``None`` if it cannot match anything."""
+    port: int | None = None
+    if entry.startswith("["):  # [v6], [v6]:port, [v6]/bits
+        close = entry.find("]")
+        if close < 0:
+            return None
+        host, rest = entry[1:close], entry[close + 1 :]
+        if rest.startswith("/"):
+            host += rest
+        elif rest.startswith(":") and rest[1:].isascii() and rest[1:].isdigit():
+            port = int(rest[1:])
+        elif rest:
+            return None
+        return host, port
+    if entry.count(":") == 1:  # host:port (an IPv6 literal has two colons or more)
+        host, _, digits = entry.partition(":")
+        if not (digits.isascii() and digits.isdigit()):
+            return None
+        return host, int(digits)
+    return entry, None
+
+
+def no_proxy_matches(no_proxy: str, host: str, port: int | None) -> bool:
+    """Whether ``NO_PROXY`` (``no_proxy``) exempts ``host`` (a URL's host name, without brackets) on ``port``.
+
+    The rules of curl's ``Curl_check_noproxy`` and requests' ``should_bypass_proxies``: entries separated by
+    commas or blanks, compared without regard to case; ``*`` alone exempts every host; a name matches itself
+    and every name under it (``example.com`` and ``.example.com`` both match ``example.com`` and
+    ``www.example.com``, never ``notexample.com``; ``*.example.com`` is read as ``.example.com``); trailing dots
+    are ignored; an IP literal host matches IPv4 or IPv6 entries, with or without brackets, and CIDR networks
+    (``10.0.0.0/8``, ``fd00::/8``), never a name (nothing is resolved); an entry with a port (``example.com:8443``,
+    ``[::1]:8080``) matches only that port.
+    """
+    import ipaddress
+
+    value = no_proxy.strip()
+    if value == "*":
+        return True
+    name = host.strip().lower().strip("[]")
+    name = name[:-1] if name.endswith(".") else name
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(name)
+    except ValueError:
+        address = None
+    for raw in value.replace(",", " ").split():
+        parsed = _no_proxy_entry(raw.lower())
+        if parsed is None:
+            continue
+        entry, entry_port = parsed
+        if entry_port is not None and entry_port != port:
+            continue
+        if address is not None:
+            try:
+                network = ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                continue
+            if network.version == address.version and address in network:
+                return True
+            continue
+        if entry.startswith("*."):
+            entry = entry[1:]
+        entry = entry.lstrip(".")
+        entry = entry[:-1] if entry.endswith(".") else entry
+        if entry and (name == entry or name.endswith("." + entry)):
+            return True
+    return False
+
+
 def proxy_for(url: str, environ: Mapping[str, str]) -> str | None:
     """The proxy URL to reach ``url`` through (``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY``), or ``None``.
 
-    For the process's own environment this is :func:`urllib.request.getproxies` and
-    :func:`~urllib.request.proxy_bypass` (which also read the system settings on macOS and Windows).
+    A loopback destination (:func:`~._settings.is_loopback_host`) never goes through a proxy, whatever the
+    environment says: plain ``http://`` is allowed only there, and a proxy would see every event in clear
+    text (and could answer 2xx for a collector it never reached). ``NO_PROXY`` is matched as curl and requests
+    match it (:func:`no_proxy_matches`). With no proxy variable at all in the process's own environment, the
+    system's settings apply (:func:`urllib.request.getproxies` and :func:`~urllib.request.proxy_bypass` read
+    them on macOS and Windows).
     """
-    import urllib.request
-    from urllib.parse import urlsplit
-
     parts = urlsplit(url)
     host = parts.hostname or ""
-    if environ is os.environ:
-        proxies = urllib.request.getproxies()
-        proxy = proxies.get(parts.scheme)
-        if not proxy or urllib.request.proxy_bypass(host):
-            return None
-        return proxy
+    if _settings.is_loopback_host(host):
+        return None
     proxies = _env_proxies(environ)
+    if not proxies and environ is os.environ:
+        import urllib.request
+
+        system = urllib.request.getproxies().get(parts.scheme)
+        if not system or urllib.request.proxy_bypass(host):
+            return None
+        return system
     proxy = proxies.get(parts.scheme)
-    if not proxy or urllib.request.proxy_bypass_environment(host, proxies):  # type: ignore[attr-defined]
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    if not proxy or no_proxy_matches(proxies.get("no", ""), host, port):
         return None
     return proxy
 
@@ -371,6 +422,34 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     return max(0.0, when.timestamp() - now)
 
 
+LOCALHOST_ADDRESSES: Final = ("127.0.0.1", "::1")
+"""Where a ``localhost`` name is connected to, in this order (RFC 6761: never resolved)."""
+
+
+def _localhost_request(pool: urllib3.PoolManager, request: Request, options: dict[str, Any]) -> Any:
+    """Send ``request`` to a ``localhost`` name on :data:`LOCALHOST_ADDRESSES` without resolving the name.
+
+    ``Host`` (and, for HTTPS, the SNI name and the certificate check) keep the URL's name; only the address
+    is chosen here. ``::1`` is tried when nothing listens on 127.0.0.1.
+    """
+    import urllib3
+
+    parts = urlsplit(request.url)
+    name = parts.hostname or ""
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    headers = {**options["headers"], "Host": parts.netloc.rpartition("@")[2]}
+    tls = {"server_hostname": name, "assert_hostname": name} if parts.scheme == "https" else {}
+
+    def send(address: str) -> Any:
+        conn = pool.connection_from_host(address, port=parts.port, scheme=parts.scheme, pool_kwargs=tls)
+        return conn.urlopen(request.method, target, **{**options, "headers": headers}, assert_same_host=False)
+
+    for address in LOCALHOST_ADDRESSES[:-1]:
+        with contextlib.suppress(urllib3.exceptions.NewConnectionError):
+            return send(address)
+    return send(LOCALHOST_ADDRESSES[-1])
+
+
 class _Sender:
     """Sends one request at a time, each in a worker thread that the caller abandons at the deadline."""
 
@@ -390,17 +469,19 @@ class _Sender:
         timeout = urllib3.Timeout(
             connect=min(self._tune.connect_timeout, left), read=min(self._tune.read_timeout, left)
         )
-        response = self._pool.request(
-            request.method,
-            request.url,
-            body=request.body,
-            headers=dict(request.headers),
-            redirect=False,
-            retries=False,
-            preload_content=False,
-            decode_content=False,
-            timeout=timeout,
-        )
+        options: dict[str, Any] = {
+            "body": request.body,
+            "headers": dict(request.headers),
+            "redirect": False,
+            "retries": False,
+            "preload_content": False,
+            "decode_content": False,
+            "timeout": timeout,
+        }
+        if _settings.is_localhost_name(urlsplit(request.url).hostname or ""):
+            response = _localhost_request(self._pool, request, options)
+        else:
+            response = self._pool.request(request.method, request.url, **options)
         # The status line and headers are the answer; the body is read only for the log, and a server that
         # trickles it cannot turn a 2xx into a failure (the caller reads `status` at the deadline).
         box["status"] = response.status
@@ -499,11 +580,17 @@ class _Run:
         self.progress = progress
         self.transport = transport_for(destination)
         self.sender = _Sender(destination.request_url(), env, tune, deadline)
-        self.spool_lock = _file_lock(os.path.join(folder.path, _spool.LOCK_NAME), SPOOL_LOCK_TIMEOUT)
         self.sent = 0
         self.rejected = 0
         self.failed = 0
         self.sent_ids: set[str] = set()
+
+    @property
+    def spool_lock(self) -> _spool.FolderLock:
+        """The spool lock, waited for at most :data:`SPOOL_LOCK_TIMEOUT` and never past the deadline plus
+        :data:`SETTLE_SECONDS` (then :class:`~._spool.LockTimeout`): the watchdog comes after that."""
+        left = self.deadline + SETTLE_SECONDS - time.monotonic()
+        return _spool.FolderLock(self.folder, _spool.LOCK_NAME, max(0.0, min(SPOOL_LOCK_TIMEOUT, left)))
 
     def secretless(self, text: str) -> str:
         secret = self.destination.api_secret
@@ -512,11 +599,13 @@ class _Run:
     def claim(self) -> list[tuple[str, int, int]]:
         """Seal the active file and enforce the caps, under the spool lock; the sealed segments, oldest first."""
         with self.spool_lock:
-            for name in self.folder.names():
-                if name.startswith(TMP_PREFIX):  # left by a killed flusher: only one runs at a time
-                    with contextlib.suppress(OSError):
-                        self.folder.unlink(name)
+            for note in _spool.tidy(self.folder, _now()):  # what killed processes and planted folders left
+                _log(self.folder, f"{_iso(_now())} pid={os.getpid()} {note}")
             _spool.seal_active(self.folder)
+            for name, _, size in self.folder.segments():
+                if size > _spool.HUGE_ACTIVE_BYTES:  # damaged: whole lines are kept, overlong ones counted
+                    kept, bad = _spool.recut(self.folder, name)
+                    _log(self.folder, f"{_iso(_now())} pid={os.getpid()} re-cut {name}: {kept} lines kept, {bad} bad")
             _spool.enforce_caps(
                 self.folder,
                 _cap(self.user, "max_events", _spool.MAX_EVENTS),
@@ -542,15 +631,22 @@ class _Run:
                 )
                 prefix = name[: -len(_spool.SEGMENT_SUFFIX)].rsplit("-", 2)[0]  # keeps its place in the order
                 new = f"{prefix}-{os.getpid()}-{len(keep)}{_spool.SEGMENT_SUFFIX}"
-                tmp = _write_new(self.folder, new, data)
+                tmp = _spool.write_new(self.folder, new, data)
                 self.folder.rename(tmp, new)
                 if new != name:
                     self.folder.unlink(name)
             _spool.add_counter(self.folder, "rejected", rejected)
             _spool.add_counter(self.folder, "corrupt", bad)
 
-    def send_segment(self, name: str, size: int, total: int, done_before: int) -> tuple[Answer | None, int]:
-        """Send one segment batch by batch. Returns the failed answer (or ``None``) and the events handled."""
+    def send_segment(self, name: str, count: int, total: int, done_before: int) -> tuple[Answer | None, int]:
+        """Send one segment batch by batch, holding it as :class:`~._spool.Sending` (the caps leave it alone).
+        Returns the failed answer (or ``None``) and the events handled."""
+        with _spool.Sending(self.folder, name) as sending:
+            if not sending.held:
+                return None, 0  # the caps (which counted it) or a purge took it since the claim
+            return self._send_segment(name, count, total, done_before)
+
+    def _send_segment(self, name: str, count: int, total: int, done_before: int) -> tuple[Answer | None, int]:
         try:
             data = self.folder.read_bytes(name, _spool.HUGE_ACTIVE_BYTES + 1)
         except FileNotFoundError:
@@ -558,11 +654,9 @@ class _Run:
         except OSError:
             data = None
         if data is None or len(data) > _spool.HUGE_ACTIVE_BYTES:
-            # Not a segment we sealed (a planted link or file): it never leaves the machine.
+            # Replaced since the claim by something that is not a segment of ours: it never leaves the machine.
             with self.spool_lock:
-                with contextlib.suppress(OSError):
-                    self.folder.unlink(name)
-                _spool.add_counter(self.folder, "corrupt", _spool.segment_count(name) or 1)
+                _spool.set_aside(self.folder, name)
             return None, 0
         events, bad = _spool.parse_lines(data)
         done = {_event_id(e) for e in events if _event_id(e) in self.sent_ids}  # duplicates of this run
@@ -605,18 +699,12 @@ class _Run:
     def send_all(self, segments: list[tuple[str, int, int]]) -> Answer | None:
         total = sum(count for _, count, _ in segments)
         done = 0
-        for name, _count, size in segments:
-            failure, handled = self.send_segment(name, size, total, done)
+        for name, count, _size in segments:
+            failure, handled = self.send_segment(name, count, total, done)
             done += handled
             if failure is not None:
                 return failure
         return None
-
-
-def _file_lock(path: str, timeout: float) -> filelock.BaseFileLock:
-    import filelock
-
-    return filelock.FileLock(path, mode=_spool.FILE_MODE, timeout=timeout)
 
 
 def _record(
@@ -648,8 +736,8 @@ def _record(
         "next_retry": next_retry,
     }
     try:
-        _replace(folder, STATE_NAME, json.dumps(new, sort_keys=True).encode("ascii") + b"\n")
-        _touch(folder, GATE_NAME, next_retry if next_retry is not None else now)
+        _spool.replace_file(folder, STATE_NAME, json.dumps(new, sort_keys=True).encode("ascii") + b"\n")
+        _spool.touch(folder, GATE_NAME, next_retry if next_retry is not None else now)
     except OSError:
         pass
     return next_retry
@@ -660,7 +748,7 @@ def _purge(path: str) -> int:
         folder = _spool.Folder(path, create=False)
     except (FileNotFoundError, NotADirectoryError, _spool.SpoolError):
         return 0
-    with folder, _file_lock(os.path.join(path, _spool.LOCK_NAME), SPOOL_LOCK_TIMEOUT):
+    with folder, _spool.FolderLock(folder, _spool.LOCK_NAME, SPOOL_LOCK_TIMEOUT):
         return _spool.purge(folder)
 
 
@@ -684,8 +772,22 @@ def run(
     :param progress: called as ``progress(handled, total)`` after each batch, in the calling thread.
     """
     env = os.environ if environ is None else environ
+    return _guarded_run(app, foreground=foreground, env=env, ignore_backoff=ignore_backoff, progress=progress)
+
+
+def _guarded_run(
+    app: App,
+    *,
+    foreground: bool,
+    env: Mapping[str, str],
+    ignore_backoff: bool,
+    progress: Callable[[int, int], None] | None,
+    deadline: float | None = None,
+) -> FlushResult:
     try:
-        return _run(app, foreground=foreground, env=env, ignore_backoff=ignore_backoff, progress=progress)
+        return _run(
+            app, foreground=foreground, env=env, ignore_backoff=ignore_backoff, progress=progress, deadline=deadline
+        )
     except OSError as exc:
         # A read-only or missing home, a symlink planted for the folder or a file of ours: nothing can be
         # claimed or recorded safely, so nothing is sent; the hook cannot append there either.
@@ -700,6 +802,7 @@ def _run(
     env: Mapping[str, str],
     ignore_backoff: bool,
     progress: Callable[[int, int], None] | None,
+    deadline: float | None,
 ) -> FlushResult:
     tune = _settings.tuning(env)
     path = _hook.state_dir(app, env)
@@ -728,21 +831,17 @@ def _run(
                 # just to find that out again. Fixing the setting takes effect within the hour (or at once
                 # with `django-spool flush`).
                 with contextlib.suppress(OSError):
-                    _touch(folder, GATE_NAME, _now() + min(NO_ENDPOINT_RETRY, tune.backoff_cap))
+                    _spool.touch(folder, GATE_NAME, _now() + min(NO_ENDPOINT_RETRY, tune.backoff_cap))
             return FlushResult(outcome="no-endpoint", remaining=_spool.count_queued(folder), message=resolved.reason)
-        inherited = None if foreground else _inherited_lock(env, path)
+        inherited = None if foreground else _inherited_lock(env, folder)
         if inherited is not None:  # started by the hook, which handed over flusher.lock already locked
             release: Callable[[], None] = functools.partial(os.close, inherited)
         else:
-            import filelock
-
             wait = tune.deadline + WATCHDOG_GRACE + 1 if foreground else 0
-            flusher_lock = filelock.FileLock(
-                os.path.join(path, FLUSHER_LOCK_NAME), mode=_spool.FILE_MODE, timeout=wait, blocking=foreground
-            )
+            flusher_lock = _spool.FolderLock(folder, FLUSHER_LOCK_NAME, wait)
             try:
                 flusher_lock.acquire()
-            except filelock.Timeout:
+            except _spool.LockTimeout:
                 return FlushResult(outcome="busy", message="another flusher is running")
             release = flusher_lock.release
         try:
@@ -753,7 +852,9 @@ def _run(
                 user=user,
                 destination=resolved.destination,
                 tune=tune,
-                deadline=time.monotonic() + tune.deadline,
+                # The detached process's deadline was set when it armed its watchdog; in the foreground the
+                # run starts once the flusher lock is ours.
+                deadline=time.monotonic() + tune.deadline if deadline is None else deadline,
                 ignore_backoff=ignore_backoff,
                 progress=progress,
             )
@@ -761,7 +862,7 @@ def _run(
             release()
 
 
-def _inherited_lock(env: Mapping[str, str], path: str) -> int | None:
+def _inherited_lock(env: Mapping[str, str], folder: _spool.Folder) -> int | None:
     """The locked ``flusher.lock`` descriptor the hook handed over, if it really is that (same file, still
     locked by this process); else ``None`` and the flusher takes the lock itself."""
     raw = env.get(FLUSHER_LOCK_FD_ENV, "")
@@ -770,7 +871,7 @@ def _inherited_lock(env: Mapping[str, str], path: str) -> int | None:
     fd = int(raw)
     try:
         st = os.fstat(fd)
-        ours = os.stat(os.path.join(path, FLUSHER_LOCK_NAME), follow_symlinks=False)
+        ours = folder.lstat(FLUSHER_LOCK_NAME)
         if (st.st_dev, st.st_ino) != (ours.st_dev, ours.st_ino):
             return None
         # Re-locking through the same open file description succeeds only if we (the description) hold it.
@@ -793,14 +894,9 @@ def _run_locked(
     ignore_backoff: bool,
     progress: Callable[[int, int], None] | None,
 ) -> FlushResult:
-    import filelock
-
     if not ignore_backoff:
-        try:
-            gate = folder.lstat(GATE_NAME).st_mtime
-        except OSError:
-            gate = 0.0
-        if gate > _now():
+        gate = _gate(folder)
+        if gate is not None and _hot.backing_off(gate, _now()):
             return FlushResult(
                 outcome="failed",
                 remaining=_spool.count_queued(folder),
@@ -818,14 +914,14 @@ def _run_locked(
     )
     try:
         segments = job.claim()
-    except filelock.Timeout:
+    except _spool.LockTimeout:
         return FlushResult(outcome="busy", remaining=_spool.count_queued(folder), message="the spool lock is busy")
     if not segments:
         _record(folder, outcome="nothing", error=None, retry_after=None, tune=tune, sent=0)
         return FlushResult(outcome="nothing", message="nothing is queued")
     try:
         failure = job.send_all(segments)
-    except filelock.Timeout:
+    except _spool.LockTimeout:
         failure = Answer(error="the spool lock is busy")
     finally:
         job.sender.close()
@@ -858,45 +954,78 @@ def _run_locked(
 # --- read-only views -----------------------------------------------------------------------------------
 
 
-def _read_only_files(path: str) -> list[bytes]:
-    """The spool's files, oldest first, read without creating, locking or changing anything."""
-    import stat
+class _ReadOnly:
+    """The spool folder opened for reading only (``flush --dry-run``, ``status``): level by level through
+    descriptors as every writer opens it (a symlink planted at ``spool_reporter/`` or above is never followed
+    into someone else's folder), changing nothing, not even a mode. :attr:`usable` is false when there is no
+    such folder of ours."""
 
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return []
-    if not stat.S_ISDIR(st.st_mode):
-        return []
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return []
-    ordered = sorted(n for n in names if _spool.segment_count(n) is not None)
-    if _spool.ACTIVE_NAME in names:
-        ordered.append(_spool.ACTIVE_NAME)
-    found: list[bytes] = []
-    for name in ordered:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd: int | None = None
+        if _hot._DIR_FD:
+            try:
+                self.fd = _spool.open_dirs(path, create=False, own=_hot.OWN_LEVELS, tighten=False)
+            except OSError:
+                self.usable = False
+                return
+            self.usable = True
+        else:  # pragma: no cover - Windows
+            self.usable = os.path.isdir(path) and not os.path.islink(path)
+
+    def __enter__(self) -> _ReadOnly:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def names(self) -> list[str]:
+        if not self.usable:
+            return []
         try:
-            fd = os.open(os.path.join(path, name), _READ_FLAGS)
+            return os.listdir(self.fd if self.fd is not None else self.path)
         except OSError:
-            continue
+            return []
+
+    def read(self, name: str, limit: int) -> bytes:
+        """A regular file of ours, at most ``limit`` bytes; ``b""`` for anything else."""
+        if not self.usable:
+            return b""
         try:
-            fst = os.fstat(fd)
-            if not stat.S_ISREG(fst.st_mode) or fst.st_size > _spool.HUGE_ACTIVE_BYTES:
-                continue
+            if self.fd is not None:
+                fd = os.open(name, _READ_FLAGS, dir_fd=self.fd)
+            else:  # pragma: no cover - Windows
+                fd = os.open(os.path.join(self.path, name), _READ_FLAGS)
+        except OSError:
+            return b""
+        try:
+            if not _spool._trusted_file(os.fstat(fd)):
+                return b""
             chunks = []
-            while True:
-                chunk = os.read(fd, 1 << 20)
+            while limit > 0:
+                chunk = os.read(fd, min(limit, 1 << 20))
                 if not chunk:
                     break
                 chunks.append(chunk)
-            found.append(b"".join(chunks))
+                limit -= len(chunk)
+            return b"".join(chunks)
         except OSError:
-            continue
+            return b""
         finally:
             os.close(fd)
-    return found
+
+
+def _read_only_files(path: str) -> list[bytes]:
+    """The spool's files, oldest first, read without creating, locking or changing anything. A damaged file
+    larger than we write is read as far as the flusher would re-cut it (:data:`~._spool.SCAN_LIMIT`)."""
+    with _ReadOnly(path) as folder:
+        names = folder.names()
+        ordered = sorted(n for n in names if _spool.segment_count(n) is not None)
+        if _spool.ACTIVE_NAME in names:
+            ordered.append(_spool.ACTIVE_NAME)
+        return [data for data in (folder.read(name, _spool.SCAN_LIMIT) for name in ordered) if data]
 
 
 def plan(app: App, *, environ: Mapping[str, str] | None = None) -> Plan:
@@ -952,27 +1081,15 @@ def _planned(batch: Batch) -> PlannedRequest:
 
 def read_state(app: App, *, environ: Mapping[str, str] | None = None) -> FlushState:
     """The flusher's record for ``status``: last run, back-off and log tail. Reads only; never raises."""
-    path = _hook.state_dir(app, environ)
-
-    def read(name: str, limit: int) -> bytes:
-        try:
-            fd = os.open(os.path.join(path, name), _READ_FLAGS)
-        except OSError:
-            return b""
-        try:
-            return os.read(fd, limit)
-        except OSError:
-            return b""
-        finally:
-            os.close(fd)
-
+    with _ReadOnly(_hook.state_dir(app, environ)) as folder:
+        raw = folder.read(STATE_NAME, 4096)
+        log = folder.read(LOG_OLD_NAME, LOG_FILE_BYTES) + folder.read(LOG_NAME, LOG_FILE_BYTES)
     try:
-        state = json.loads(read(STATE_NAME, 4096) or b"{}")
+        state = json.loads(raw or b"{}")
     except ValueError:
         state = {}
     if not isinstance(state, dict):
         state = {}
-    log = read(LOG_OLD_NAME, LOG_FILE_BYTES) + read(LOG_NAME, LOG_FILE_BYTES)
     tail = tuple(line for line in log.decode("ascii", "replace").splitlines() if line.strip())[-LOG_TAIL_LINES:]
 
     def num(key: str) -> float | None:
@@ -984,11 +1101,14 @@ def read_state(app: App, *, environ: Mapping[str, str] | None = None) -> FlushSt
         return value[:500] if isinstance(value, str) else None
 
     failures = state.get("consecutive_failures")
+    next_retry = num("next_retry")
+    if next_retry is not None and next_retry > _now() + _hot.MAX_BACKOFF:
+        next_retry = None  # further ahead than any back-off (a wrong clock): the gate counts it as expired
     return FlushState(
         last_flush=num("last_flush"),
         last_result=text("last_result"),
         last_error=text("last_error"),
-        next_retry=num("next_retry"),
+        next_retry=next_retry,
         consecutive_failures=failures if isinstance(failures, int) and failures >= 0 else 0,
         log_tail=tail,
     )
@@ -1019,11 +1139,14 @@ def _lower_priority() -> None:
                 os.close(fd)
 
 
-def _arm_watchdog(seconds: float) -> None:
-    """End the process :data:`WATCHDOG_GRACE` after ``seconds`` whatever it is doing (DNS, a stuck lock)."""
+def _arm_watchdog(deadline: float) -> None:
+    """End the process :data:`WATCHDOG_GRACE` after ``deadline`` (a :func:`time.monotonic` time: the run's own)
+    whatever it is doing (DNS, a stuck lock)."""
+    seconds = max(0.0, deadline - time.monotonic())
 
     def bite() -> None:
-        time.sleep(seconds + WATCHDOG_GRACE)
+        while (left := deadline + WATCHDOG_GRACE - time.monotonic()) > 0:
+            time.sleep(left)
         os._exit(EXIT_DEADLINE)
 
     threading.Thread(target=bite, name="spool_reporter-watchdog", daemon=True).start()
@@ -1046,7 +1169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--config-name", help="its config/policy file name")
     parser.add_argument("--env-prefix", help="its environment variable prefix")
     args = parser.parse_args(argv)
-    _arm_watchdog(_settings.tuning().deadline)
+    # One deadline for the run and its watchdog, taken now: the sends end by it, the bookkeeping within
+    # SETTLE_SECONDS after it, and only then (WATCHDOG_GRACE) may the watchdog end the process.
+    deadline = time.monotonic() + _settings.tuning().deadline
+    _arm_watchdog(deadline)
     if args.app == "django" and not (args.name or args.config_name or args.env_prefix):
         from ._app import django_app
 
@@ -1060,7 +1186,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             env_prefix=args.env_prefix,
         )
     try:
-        result = run(app, foreground=False)
+        result = _guarded_run(
+            app, foreground=False, env=os.environ, ignore_backoff=False, progress=None, deadline=deadline
+        )
     except Exception:
         return 1
     return 0 if result.outcome in ("delivered", "nothing", "disabled", "no-endpoint", "busy") else 2

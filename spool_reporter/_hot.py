@@ -811,22 +811,44 @@ def _trusted_file(st: "os.stat_result") -> "bool":
     return stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and (_UID is None or st.st_uid == _UID)
 
 
+_DIR_FLAGS: "Final" = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
+
+OWN_LEVELS: "Final" = 2
+
+VERIFIED_PREFIX: "Final" = ".verified-"
+
+# The last two levels of a spool folder (``spool_reporter/<slug>``) are ours: real folders we own, 0700, never
+# a symlink of any owner. Above them, a symlink is followed only if root or we own it: another user cannot make
+# us walk into a folder of their choosing (``/home -> /var/home`` still works). The walk that checks all this,
+# level by level through descriptors, is _spool.open_dirs; Folder takes it only when _known_folder cannot.
+
+
+def _known_folder(path: "str") -> "int | None":
+    # The fast way in: the folder opened in one step, used only if it is the very folder a full walk (open_dirs)
+    # verified before -- it holds the marker ``.verified-<dev>-<inode>`` that Folder leaves after a walk. A folder's
+    # inode has one name, so whatever path led here (a link swapped in above it included), this is that folder.
+    # Three system calls instead of two per level; None sends the caller on the walk.
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if (_UID is None or st.st_uid == _UID) and not st.st_mode & 0o077:
+            os.stat(f"{VERIFIED_PREFIX}{st.st_dev}-{st.st_ino}", dir_fd=fd, follow_symlinks=False)
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
 def make_dirs(path: "str") -> "None":
-    # Create ``path`` and missing parents with mode ``0700``, whatever the umask.
-    missing = []
-    head = path
-    while head and not os.path.isdir(head):
-        missing.append(head)
-        parent = os.path.dirname(head)
-        if parent == head:
-            break
-        head = parent
-    for directory in reversed(missing):
-        try:
-            os.mkdir(directory, DIR_MODE)
-        except FileExistsError:
-            continue
-        os.chmod(directory, DIR_MODE)  # mkdir's mode is filtered by the umask; this one is not
+    # Create ``path`` and missing parents with mode ``0700``, whatever the umask, by descriptors (rare: first
+    # runs; the code is _spool.make_dirs).
+    from ._spool import make_dirs as make
+
+    make(path)
 
 
 class Folder:
@@ -848,25 +870,17 @@ class Folder:
             if not stat.S_ISDIR(st.st_mode):
                 raise SpoolError(f"not a folder: {path}")
             return
-        flags = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
-        try:
-            fd = os.open(path, flags)
-        except FileNotFoundError:
-            if not create:
-                raise
-            make_dirs(path)
-            fd = os.open(path, flags)
-        except OSError as exc:  # ELOOP / ENOTDIR: a symlink or a file planted at the folder's path
-            raise SpoolError(f"not a folder: {path}") from exc
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISDIR(st.st_mode) or (_UID is not None and st.st_uid != _UID):
-                raise SpoolError(f"not our folder: {path}")
-            if st.st_mode & 0o077:
-                os.fchmod(fd, DIR_MODE)
-        except BaseException:
-            os.close(fd)
-            raise
+        fd = _known_folder(path)
+        if fd is None:
+            from ._spool import open_dirs  # rare: a first run, or a folder not verified yet
+
+            fd = open_dirs(path, create=create, own=OWN_LEVELS)
+            try:
+                st = os.fstat(fd)
+                marker = f"{VERIFIED_PREFIX}{st.st_dev}-{st.st_ino}"
+                os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE, dir_fd=fd))
+            except OSError:  # a read-only folder: the walk, every time
+                pass
         self.fd = fd
 
     def close(self) -> "None":
@@ -941,11 +955,39 @@ def take_lock(fd: "int", wait: "float" = LOCK_WAIT_SECONDS) -> "bool":
     return False
 
 
+def open_ours(folder: "Folder", name: "str", flags: "int") -> "tuple[int, os.stat_result]":
+    # Open (and create) file ``name`` of the spool folder: ``(descriptor, fstat)``. Whatever sits there that is
+    # not a regular file of ours -- a symlink, a folder, a FIFO, a hard link, another user's file -- is never
+    # followed or written: it is set aside and a fresh file made (rare, so that code is _spool.reopen). Raises
+    # OSError when the file cannot be opened at all (a read-only or full disk).
+    try:
+        fd = folder.open(name, flags)
+    except OSError:
+        try:
+            planted = not _trusted_file(folder.lstat(name))
+        except OSError:
+            planted = False
+        if not planted:
+            raise
+    else:
+        try:
+            st = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if _trusted_file(st):
+            return fd, st
+        os.close(fd)
+    from ._spool import reopen
+
+    return reopen(folder, name, flags)
+
+
 def lock_fd(folder: "Folder", wait: "float" = LOCK_WAIT_SECONDS) -> "int | None":
     # Open ``spool.lock`` and take the exclusive lock, waiting at most ``wait`` seconds.
     #
     # Returns the descriptor (closing it releases the lock) or ``None`` when the lock is busy.
-    fd = folder.open(LOCK_NAME, _LOCK_FLAGS)
+    fd = open_ours(folder, LOCK_NAME, _LOCK_FLAGS)[0]
     try:
         if take_lock(fd, wait):
             return fd
@@ -966,20 +1008,16 @@ def append(folder: "Folder", line: "bytes", *, max_events: "int" = MAX_EVENTS, m
 
         return append_aside(folder, line)
     try:
-        fd = folder.open(ACTIVE_NAME, _APPEND_FLAGS)
+        fd, st = open_ours(folder, ACTIVE_NAME, _APPEND_FLAGS)
         try:
-            st = os.fstat(fd)
-            if not _trusted_file(st) or st.st_size >= SEGMENT_BYTES:
+            if st.st_size >= SEGMENT_BYTES:
                 os.close(fd)
                 fd = -1
                 from ._spool import enforce_caps, seal_active  # rare: once per segment
 
                 seal_active(folder)
                 enforce_caps(folder, max_events, max_bytes)
-                fd = folder.open(ACTIVE_NAME, _APPEND_FLAGS)
-                st = os.fstat(fd)
-                if not _trusted_file(st):
-                    raise SpoolError("spool.jsonl is not a file of ours")
+                fd, st = open_ours(folder, ACTIVE_NAME, _APPEND_FLAGS)
             if st.st_mode & 0o077:
                 os.fchmod(fd, FILE_MODE)
             size = st.st_size
@@ -1134,6 +1172,14 @@ SPAWN_INTERVAL_ENV: "Final" = "SPOOL_REPORTER_SPAWN_INTERVAL"  # shortens it (te
 SPAWN_THRESHOLD_BYTES: "Final" = 64 * 1024
 # No second spawn this soon after one, whatever the command: covers a new flusher's start-up.
 SPAWN_GAP: "Final" = 10.0
+# The longest back-off a flusher writes (_settings.BACKOFF_CAP, which also clamps Retry-After). A gate further
+# ahead was written by a clock that was wrong (or planted): it counts as expired, not as a year of silence.
+MAX_BACKOFF: "Final" = 24 * 3600.0
+
+
+def backing_off(gate: "float | None", now: "float") -> "bool":
+    # Whether the back-off time ``gate`` (flush.notbefore's mtime) is still ahead, clamped to MAX_BACKOFF.
+    return gate is not None and now < gate <= now + MAX_BACKOFF
 
 
 def _has_queued(path: "str") -> "bool":
@@ -1187,17 +1233,19 @@ def _interval(env: "Mapping[str, str]") -> "float":
 
 
 def _mtime(folder: "Folder", name: "str") -> "float | None":
+    # A regular file's mtime; anything else planted at the name means "no time" (the flusher replaces it).
     try:
-        return folder.lstat(name).st_mtime
+        st = folder.lstat(name)
     except OSError:
         return None
+    return st.st_mtime if stat.S_ISREG(st.st_mode) else None
 
 
 def claim_flusher_lock(folder: "Folder") -> "int | None":
     # Take flusher.lock (flock, like filelock) and return the descriptor, or None if a flusher holds it. A
     # child that inherits the descriptor holds the same lock (flock belongs to the open file description)
     # from its first instruction: the hook hands it over, so there is no start-up window for a second one.
-    fd = folder.open(FLUSHER_LOCK_NAME, _LOCK_FLAGS)
+    fd = open_ours(folder, FLUSHER_LOCK_NAME, _LOCK_FLAGS)[0]
     if _try_lock(fd):
         return fd
     os.close(fd)
@@ -1216,8 +1264,7 @@ def gate_open(
     folder: "Folder", active_size: "int", *, long_lived: "bool", env: "Mapping[str, str]", now: "float"
 ) -> "bool":
     # Steps 2-3 above: back-off expired, interval passed (or not needed).
-    gate = _mtime(folder, GATE_NAME)
-    if gate is not None and gate > now:
+    if backing_off(_mtime(folder, GATE_NAME), now):
         return False
     stamp = _mtime(folder, STAMP_NAME)
     # A stamp in the future (the clock was set back) counts as expired rather than blocking for long.

@@ -46,6 +46,7 @@ __all__ = [
     "Destination",
     "Resolved",
     "Tuning",
+    "is_localhost_name",
     "is_loopback_host",
     "local_text",
     "no_destination_text",
@@ -112,15 +113,40 @@ class Resolved:
     """Human wording: where the destination came from, or why there is none (for ``status``)."""
 
 
+def _bare(host: str) -> str:
+    """``host`` in lower case without the brackets of an IPv6 literal or the trailing dot of a name."""
+    name = host.strip().lower()
+    if name.startswith("[") and name.endswith("]"):
+        return name[1:-1]
+    return name[:-1] if name.endswith(".") else name
+
+
+def is_localhost_name(host: str) -> bool:
+    """``localhost`` or a name under it (``collector.localhost``), in any case, with or without a trailing dot.
+
+    RFC 6761 reserves these names for loopback: the flusher connects to them on 127.0.0.1 (then ``::1``)
+    without asking any resolver, so they never reach DNS (or a proxy).
+    """
+    name = _bare(host)
+    return name == "localhost" or name.endswith(".localhost")
+
+
 def is_loopback_host(host: str) -> bool:
-    """``localhost``, 127.0.0.0/8 or ::1: the hosts plain ``http://`` may be used with."""
-    host = host.strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
+    """Whether ``host`` is this machine: a ``localhost`` name (:func:`is_localhost_name`), 127.0.0.0/8, ``::1``
+    or ``::ffff:127.0.0.0/104``, with or without brackets.
+
+    The client's one loopback rule: plain ``http://`` is accepted only to such a host, and such a host never
+    goes through a proxy. IPv4-mapped addresses are checked explicitly: ``ipaddress`` calls them loopback only
+    from Python 3.13 on.
+    """
+    if is_localhost_name(host):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(_bare(host))
     except ValueError:
         return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 SHOWN_URL_CHARS: Final = 80

@@ -58,6 +58,7 @@ from ._hot import (
     due,
     gate_open,
     has_destination,
+    open_ours,
     refused_endpoint,
 )
 
@@ -219,7 +220,7 @@ def spawn_spec(
 
 
 def _touch(folder: "Folder", name: str, when: float) -> None:
-    fd = folder.open(name, _TOUCH_FLAGS)
+    fd = open_ours(folder, name, _TOUCH_FLAGS)[0]  # anything planted at the name is set aside, never followed
     try:
         if os.utime in os.supports_fd:
             os.utime(fd, (when, when))

@@ -38,11 +38,15 @@ import os
 import time
 from collections.abc import Iterator
 
+from ._hot import _DIR_FD as _DIR_FD  # noqa: PLC0414 - re-exported for the cold path
+from ._hot import _DIR_FLAGS as _DIR_FLAGS  # noqa: PLC0414 - re-exported for the cold path
+from ._hot import _LOCK_FLAGS as _LOCK_FLAGS  # noqa: PLC0414 - re-exported for the cold path
 from ._hot import _O_BINARY as _O_BINARY  # noqa: PLC0414 - re-exported for the cold path
 from ._hot import _O_CLOEXEC as _O_CLOEXEC  # noqa: PLC0414 - re-exported for the cold path
 from ._hot import _O_NOFOLLOW as _O_NOFOLLOW  # noqa: PLC0414 - re-exported for the cold path
 from ._hot import _O_NONBLOCK as _O_NONBLOCK  # noqa: PLC0414 - re-exported for the cold path
 from ._hot import _READ_FLAGS as _READ_FLAGS  # noqa: PLC0414 - re-exported for the cold path
+from ._hot import _UID as _UID  # noqa: PLC0414 - re-exported for the cold path
 from ._hot import (
     ACTIVE_NAME,
     COUNTERS_NAME,
@@ -60,7 +64,7 @@ from ._hot import (
     SpoolError,
     append,
     lock_fd,
-    make_dirs,
+    open_ours,
     parse,
     state_dir,
     take_lock,
@@ -72,6 +76,22 @@ from ._hot import _try_lock as _try_lock  # noqa: PLC0414 - re-exported for the 
 REFUSED_NAME = "refused"
 """One byte per event refused beside a busy lock past :data:`MAX_ASIDE` (see :func:`append_aside`)."""
 
+INTRUDER_PREFIX = ".intruder-"
+"""A folder planted at one of our file names is renamed aside to ``.intruder-<ns>-<pid>-<name>`` (anything
+else planted there is unlinked: that never touches what a link points to); the flusher logs and clears them."""
+
+TMP_PREFIX = "tmp-"
+"""Short-lived files written and renamed under the spool lock (or by the one flusher); one left by a killed
+process is deleted by the next claim."""
+
+ASIDE_PREFIX = ".aside-"
+ASIDE_SUFFIX = ".tmp"
+""":func:`append_aside` writes ``.aside-<pid>-<random>.tmp``, then renames it to a one-line segment."""
+
+STALE_ASIDE_SECONDS = 60.0
+"""An aside file is written and renamed within microseconds: one this old (or whose writer is gone) was left by
+a process killed in between, and :func:`tidy` publishes or removes it."""
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -80,14 +100,19 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACTIVE_NAME",
+    "ASIDE_PREFIX",
+    "ASIDE_SUFFIX",
     "COUNTERS_NAME",
     "DIR_MODE",
     "FILE_MODE",
     "Folder",
     "HUGE_ACTIVE_BYTES",
+    "FolderLock",
     "HotFolder",
+    "INTRUDER_PREFIX",
     "LOCK_NAME",
     "LOCK_WAIT_SECONDS",
+    "LockTimeout",
     "MAX_ASIDE",
     "MAX_BYTES",
     "MAX_EVENTS",
@@ -95,7 +120,9 @@ __all__ = [
     "SEGMENT_PREFIX",
     "SEGMENT_SUFFIX",
     "REFUSED_NAME",
+    "STALE_ASIDE_SECONDS",
     "SpoolError",
+    "TMP_PREFIX",
     "add_counter",
     "append",
     "append_aside",
@@ -105,16 +132,28 @@ __all__ = [
     "lock_fd",
     "make_dirs",
     "names",
+    "open_dirs",
+    "open_ours",
     "parse_lines",
     "purge",
     "purge_if_present",
     "read_bytes",
     "read_counters",
+    "reopen",
+    "replace_file",
     "seal_active",
+    "set_aside",
     "segment_count",
     "segment_name",
     "segments",
+    "Sending",
+    "SCAN_LIMIT",
+    "in_flight",
+    "recut",
     "take_lock",
+    "tidy",
+    "touch",
+    "write_new",
 ]
 
 
@@ -179,6 +218,11 @@ def purge(folder: HotFolder) -> int:
             deleted += count
         except FileNotFoundError:
             continue
+    for name in names(folder):  # lines a killed command left beside a busy lock
+        if name.startswith(ASIDE_PREFIX) and name.endswith(ASIDE_SUFFIX):
+            with contextlib.suppress(FileNotFoundError):
+                folder.unlink(name)
+                deleted += 1
     return deleted
 
 
@@ -193,17 +237,23 @@ def names(folder: HotFolder) -> list[str]:
 
 
 def segments(folder: HotFolder) -> list[tuple[str, int, int]]:
-    """Sealed segments, oldest first: ``(name, lines, bytes)``."""
+    """Sealed segments, oldest first: ``(name, lines, bytes)``.
+
+    Only regular files of ours count (anything else at a segment name holds no event of ours; the flusher sets
+    it aside), and a name never claims more lines than its bytes can hold: a planted
+    ``seg-...-99999999.jsonl`` must not inflate ``status``, trip the caps or be counted as that many losses.
+    """
     found = []
     for name in names(folder):
         count = segment_count(name)
         if count is None:
             continue
         try:
-            size = folder.lstat(name).st_size
+            st = folder.lstat(name)
         except OSError:
             continue
-        found.append((name, count, size))
+        if _trusted_file(st):
+            found.append((name, min(count, st.st_size), st.st_size))
     found.sort()
     return found
 
@@ -245,21 +295,241 @@ def segment_name(lines: int, now_ns: int | None = None) -> str:
     return f"{SEGMENT_PREFIX}{ns:020d}-{os.getpid()}-{lines}{SEGMENT_SUFFIX}"
 
 
+# --- the state folder, level by level ---
+
+
+def _trusted_link(name: str, fd: int) -> str | None:
+    """The target of symlink ``name`` in folder ``fd`` if root or we own the link (checked twice, around the
+    read, so a link swapped in meanwhile is not followed); else ``None``."""
+    import stat
+
+    before = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    if not stat.S_ISLNK(before.st_mode) or before.st_uid not in (0, _UID):
+        return None
+    target = os.readlink(name, dir_fd=fd)
+    after = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    same = (after.st_ino, after.st_dev, after.st_uid) == (before.st_ino, before.st_dev, before.st_uid)
+    return target if same else None
+
+
+MAX_LINKS = 40
+"""Symlinks followed at most while opening one folder: the kernel's own limit (``MAXSYMLINKS``)."""
+
+
+def open_dirs(path: str, *, create: bool, own: int = 0, tighten: bool = True) -> int:
+    """Open folder ``path`` one level at a time from ``/`` and return its descriptor.
+
+    Each level is opened relative to the descriptor of the one above it with ``O_DIRECTORY | O_NOFOLLOW``:
+    nothing is looked up by path, so a symlink swapped in between two steps is never followed. ``create``
+    makes missing levels (``mkdir`` relative to the parent's descriptor, then ``fchmod`` 0700 on the new
+    folder's own descriptor, whatever the umask). The last ``own`` levels, and every level made here, must
+    be folders we own; those of the last ``own`` are also tightened to 0700 unless ``tighten`` is false (a
+    read-only view). Above the last ``own`` levels a symlink is followed only if root or we own it.
+
+    Raises :class:`FileNotFoundError` for a missing level (``create`` false), :class:`SpoolError` for a level
+    that is not a folder or not ours, or a symlink that may not be followed.
+    """
+    import stat
+
+    names = path.split("/")[::-1]  # a stack: the next level is names.pop()
+    if names.pop() != "":
+        raise SpoolError(f"not an absolute path: {path}")
+    fd = os.open("/", _DIR_FLAGS)
+    links = 0
+    try:
+        while names:
+            name = names.pop()
+            if name in ("", "."):
+                continue
+            mine = len(names) < own
+            created = False
+            try:
+                new = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(name, DIR_MODE, dir_fd=fd)
+                    created = True
+                except FileExistsError:
+                    pass
+                new = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:  # ELOOP / ENOTDIR: a symlink, or something else that is not a folder
+                target = None if mine else _trusted_link(name, fd)
+                links += 1
+                if target is None or links > MAX_LINKS:
+                    raise SpoolError(f"not a folder: {path}") from exc
+                names.extend(target.split("/")[::-1])
+                if target.startswith("/"):
+                    new = os.open("/", _DIR_FLAGS)
+                    os.close(fd)
+                    fd = new
+                continue
+            os.close(fd)
+            fd = new
+            if mine or created:
+                st = os.fstat(fd)
+                if _UID is not None and st.st_uid != _UID:
+                    raise SpoolError(f"not our folder: {path}")
+                if tighten and (st.st_mode & 0o077 or (created and stat.S_IMODE(st.st_mode) != DIR_MODE)):
+                    os.fchmod(fd, DIR_MODE)  # mkdir's mode is filtered by the umask; this one is not
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def make_dirs(path: str) -> None:
+    """Create ``path`` and missing parents with mode ``0700``, whatever the umask, by descriptors
+    (:func:`open_dirs`)."""
+    if _DIR_FD:
+        os.close(open_dirs(path, create=True))
+        return
+    missing = []  # pragma: no cover - Windows: no descriptor-relative calls
+    head = path
+    while head and not os.path.isdir(head):
+        missing.append(head)
+        parent = os.path.dirname(head)
+        if parent == head:
+            break
+        head = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(directory, DIR_MODE)
+
+
+# --- planted files: set aside, never followed ---
+
+
+@contextlib.contextmanager
+def _recovering(folder: HotFolder) -> Iterator[None]:
+    """One recovery at a time: an exclusive ``flock`` on the folder's own descriptor (no file of ours is
+    involved, so a planted one cannot stop it), bounded like the spool lock."""
+    if folder.fd is None:  # pragma: no cover - Windows
+        yield
+        return
+    if not take_lock(folder.fd, LOCK_WAIT_SECONDS):
+        raise BlockingIOError("another process is recovering the spool folder")
+    try:
+        yield
+    finally:
+        import fcntl
+
+        fcntl.flock(folder.fd, fcntl.LOCK_UN)
+
+
+def _planted(folder: HotFolder, name: str) -> bool:
+    """Whether something that is not a regular file of ours sits at ``name`` (``False`` if nothing does)."""
+    try:
+        return not _trusted_file(folder.lstat(name))
+    except OSError:
+        return False
+
+
+def set_aside(folder: HotFolder, name: str) -> None:
+    """Get whatever sits at ``name`` out of the way: a folder is renamed to :data:`INTRUDER_PREFIX`..., anything
+    else is unlinked (a symlink's target, a hard link's other names and a FIFO's writers are never touched)."""
+    import stat
+
+    try:
+        st = folder.lstat(name)
+    except FileNotFoundError:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISDIR(st.st_mode):
+            folder.rename(name, f"{INTRUDER_PREFIX}{time.time_ns()}-{os.getpid()}-{name}")
+        else:
+            folder.unlink(name)
+
+
+def reopen(folder: HotFolder, name: str, flags: int) -> tuple[int, os.stat_result]:
+    """:func:`~._hot.open_ours`' rare path: set aside what sits at ``name`` if it is not a regular file of ours,
+    then open (create) a fresh one; ``(descriptor, fstat)``.
+
+    Recoveries take turns (:func:`_recovering`) and look again under that lock, so a good file that another
+    process has just created is never set aside (which, for a lock file, would split its holders in two).
+    """
+    with _recovering(folder):
+        if _planted(folder, name):
+            set_aside(folder, name)
+        fd = folder.open(name, flags | os.O_CREAT)
+        try:
+            st = os.fstat(fd)
+            if not _trusted_file(st):
+                raise SpoolError(f"{name} is not a file of ours")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st
+
+
+_TOUCH_FLAGS = os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
+
+
+def touch(folder: HotFolder, name: str, when: float) -> None:
+    """Create ``name`` if needed (setting aside anything planted there) and set its mtime to ``when``."""
+    fd = open_ours(folder, name, _TOUCH_FLAGS)[0]
+    try:
+        if os.utime in os.supports_fd:
+            os.utime(fd, (when, when))
+        else:  # pragma: no cover - Windows
+            os.utime(os.path.join(folder.path, name), (when, when))
+    finally:
+        os.close(fd)
+
+
+def write_new(folder: HotFolder, name: str, data: bytes) -> str:
+    """Write ``data`` to a fresh temporary file (:data:`TMP_PREFIX`) for ``name``; returns its name."""
+    tmp = f"{TMP_PREFIX}{os.getpid()}-{time.monotonic_ns()}-{name}"
+    fd = folder.open(tmp, _NEW_FLAGS)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        os.close(fd)
+        folder.unlink(tmp)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def replace_file(folder: HotFolder, name: str, data: bytes) -> None:
+    """Atomically replace ``name`` with ``data`` (temporary file + rename). The rename replaces a symlink, FIFO
+    or foreign file planted at ``name`` without following it; a planted folder is set aside first."""
+    import stat
+
+    tmp = write_new(folder, name, data)
+    try:
+        try:
+            folder.rename(tmp, name)
+        except OSError:
+            try:
+                planted = stat.S_ISDIR(folder.lstat(name).st_mode)
+            except OSError:
+                planted = False
+            if not planted:
+                raise
+            with _recovering(folder):
+                set_aside(folder, name)
+            folder.rename(tmp, name)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            folder.unlink(tmp)
+        raise
+
+
 def add_counter(folder: HotFolder, key: str, amount: int) -> None:
     """Add ``amount`` to drop counter ``key`` in ``counters``. Caller holds the lock."""
     if amount <= 0:
         return
     counts = _counters_file(folder)  # not read_counters: 'refused' lives in its own file
     counts[key] = counts.get(key, 0) + amount
-    data = "".join(f"{k}={v}\n" for k, v in sorted(counts.items())).encode("ascii")
-    fd = folder.open(COUNTERS_NAME, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
-    try:
-        if not _trusted_file(os.fstat(fd)):
-            raise SpoolError("counters is not a file of ours")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, data, 0) if hasattr(os, "pwrite") else os.write(fd, data)
-    finally:
-        os.close(fd)
+    replace_file(folder, COUNTERS_NAME, "".join(f"{k}={v}\n" for k, v in sorted(counts.items())).encode("ascii"))
 
 
 def _counters_file(folder: HotFolder) -> dict[str, int]:
@@ -284,17 +554,23 @@ def read_counters(folder: HotFolder) -> dict[str, int]:
 
 
 def seal_active(folder: HotFolder) -> tuple[str, int] | None:
-    """Rename ``spool.jsonl`` to a new segment. Caller holds the lock. Returns ``(name, lines)``."""
+    """Rename ``spool.jsonl`` to a new segment. Caller holds the lock. Returns ``(name, lines)``.
+
+    Something planted there that is not a regular file of ours is set aside unread (no event of ours is in it).
+    An active file larger than we ever write (damage: a crash's run of zeros, a line gone wrong) is re-cut into
+    proper segments instead (:func:`recut`): its valid lines are kept and each overlong line is counted.
+    """
     try:
         st = folder.lstat(ACTIVE_NAME)
     except FileNotFoundError:
         return None
-    if not _trusted_file(st) or st.st_size > HUGE_ACTIVE_BYTES:
-        # Not something we wrote: discard it rather than read or send it.
-        folder.unlink(ACTIVE_NAME)
-        add_counter(folder, "corrupt", 1)
+    if not _trusted_file(st):
+        set_aside(folder, ACTIVE_NAME)
         return None
     if st.st_size == 0:
+        return None
+    if st.st_size > HUGE_ACTIVE_BYTES:
+        recut(folder, ACTIVE_NAME)
         return None
     data = read_bytes(folder, ACTIVE_NAME, HUGE_ACTIVE_BYTES) or b""
     lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
@@ -303,16 +579,146 @@ def seal_active(folder: HotFolder) -> tuple[str, int] | None:
     return name, lines
 
 
+SCAN_LIMIT = 64 * 1024 * 1024
+""":func:`recut` reads at most this much of a damaged file (~30 ms): what lies beyond is one corrupt remainder."""
+
+
+def recut(folder: HotFolder, name: str) -> tuple[int, int]:
+    """Re-cut file ``name`` (ours, but larger than we write) into segments of whole lines and delete it. Caller
+    holds the lock. Lines longer than any event are skipped, never held in memory, and counted as ``corrupt``,
+    one each; so is an unread remainder past :data:`SCAN_LIMIT`. Returns ``(lines kept, lines counted)``."""
+    from ._event import MAX_LINE_BYTES
+
+    fd = folder.open(name, _READ_FLAGS)
+    kept = bad = 0
+    try:
+        out: list[bytes] = []
+        out_bytes = 0
+        line = bytearray()
+        overlong = False
+        left = SCAN_LIMIT
+
+        def flush_segment() -> None:
+            nonlocal out, out_bytes
+            if out:
+                tmp = write_new(folder, SEGMENT_SUFFIX, b"".join(out))
+                folder.rename(tmp, segment_name(len(out)))
+                out, out_bytes = [], 0
+
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            left -= len(chunk)
+            start = 0
+            while start < len(chunk):
+                end = chunk.find(b"\n", start)
+                stop = len(chunk) if end < 0 else end
+                if not overlong:
+                    line += chunk[start:stop]
+                    if len(line) > MAX_LINE_BYTES:
+                        overlong, line = True, bytearray()
+                if end < 0:
+                    break
+                if overlong:
+                    bad += 1
+                elif line.strip():
+                    out.append(bytes(line) + b"\n")
+                    out_bytes += len(line) + 1
+                    kept += 1
+                    if out_bytes >= SEGMENT_BYTES:
+                        flush_segment()
+                line, overlong = bytearray(), False
+                start = end + 1
+        if left <= 0 and os.read(fd, 1):
+            bad += 1  # the line in progress and everything past SCAN_LIMIT: one unread remainder
+        elif overlong:
+            bad += 1
+        elif line.strip():  # a last line without its newline: the reader decides, as for any active file
+            out.append(bytes(line) + b"\n")
+            kept += 1
+        flush_segment()
+    finally:
+        os.close(fd)
+    folder.unlink(name)
+    add_counter(folder, "corrupt", bad)
+    return kept, bad
+
+
+def in_flight(folder: HotFolder, name: str) -> bool:
+    """Whether a flusher is sending segment ``name`` right now (it holds a shared ``flock`` on it: see
+    :class:`Sending`)."""
+    if folder.fd is None:  # pragma: no cover - Windows: no shared locks; the caps may count a resend
+        return False
+    import fcntl
+
+    try:
+        fd = folder.open(name, _READ_FLAGS)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+class Sending:
+    """Held by the flusher while it sends segment ``name``: a shared ``flock`` on the segment, so that the caps
+    (:func:`enforce_caps`, in any process) never delete -- and count as dropped -- events already on their way.
+    ``held`` is false when the segment is gone (the caps or a purge took it first)."""
+
+    def __init__(self, folder: HotFolder, name: str) -> None:
+        self.fd: int | None = None
+        self.held = False
+        try:
+            self.fd = folder.open(name, _READ_FLAGS)
+        except FileNotFoundError:
+            return
+        if folder.fd is not None:
+            import fcntl
+
+            # The caps' probe holds its exclusive try-lock for an instant; a process that holds one for longer
+            # only costs the protection (the caps may then count this segment), never a wait past LOCK_WAIT.
+            deadline = time.monotonic() + LOCK_WAIT_SECONDS
+            while True:
+                try:
+                    fcntl.flock(self.fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.0002)
+        self.held = True
+
+    def __enter__(self) -> Sending:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 def enforce_caps(folder: HotFolder, max_events: int, max_bytes: int) -> int:
     """Delete the oldest segments until the sealed ones fit the caps. Caller holds the lock.
 
-    Returns the number of events dropped (added to the ``cap`` counter).
+    A segment a flusher is sending (:func:`in_flight`) is neither deleted nor counted against the caps: its
+    events are leaving. Returns the number of events dropped (added to the ``cap`` counter), each one an event
+    that was still waiting.
     """
     sealed = segments(folder)
     events = sum(s[1] for s in sealed)
     size = sum(s[2] for s in sealed)
+    if events <= max_events and size <= max_bytes:
+        return 0
+    waiting = [s for s in sealed if not in_flight(folder, s[0])]
+    events = sum(s[1] for s in waiting)
+    size = sum(s[2] for s in waiting)
     dropped = 0
-    for name, count, nbytes in sealed:
+    for name, count, nbytes in waiting:
         if events <= max_events and size <= max_bytes:
             break
         try:
@@ -339,14 +745,13 @@ def append_aside(folder: HotFolder, line: bytes) -> int:
     """
     present = names(folder)
     if sum(1 for n in present if n.endswith("-1" + SEGMENT_SUFFIX)) >= MAX_ASIDE:
-        fd = folder.open(REFUSED_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+        fd = open_ours(folder, REFUSED_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC)[0]
         try:
-            if _trusted_file(os.fstat(fd)):
-                os.write(fd, b".")
+            os.write(fd, b".")
         finally:
             os.close(fd)
         raise BlockingIOError("spool lock busy and too many aside segments")
-    tmp = f".aside-{os.getpid()}-{os.urandom(4).hex()}.tmp"
+    tmp = f"{ASIDE_PREFIX}{os.getpid()}-{os.urandom(4).hex()}{ASIDE_SUFFIX}"
     fd = folder.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY)
     try:
         written = os.write(fd, line)
@@ -357,6 +762,122 @@ def append_aside(folder: HotFolder, line: bytes) -> int:
         raise OSError("short write")
     folder.rename(tmp, segment_name(1))
     return 0
+
+
+def _writer_gone(name: str) -> bool:
+    """Whether the process named in ``.aside-<pid>-...`` is gone (a pid in use again reads as alive)."""
+    digits = name[len(ASIDE_PREFIX) :].split("-", 1)[0]
+    if not (digits.isascii() and digits.isdigit()):
+        return True
+    try:
+        os.kill(int(digits), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _leftover_aside(folder: HotFolder, name: str, now: float) -> str | None:
+    """Publish a complete line a killed appender left in an aside file as its own segment, or delete a torn one
+    (counted as ``corrupt``: that line only). Returns a line for the log, or ``None`` if the writer may still
+    be at work."""
+    from ._event import MAX_LINE_BYTES
+
+    try:
+        st = folder.lstat(name)
+    except FileNotFoundError:
+        return None
+    if not _trusted_file(st):
+        set_aside(folder, name)
+        return f"removed {name}: not a file of ours"
+    if now - st.st_mtime < STALE_ASIDE_SECONDS and not _writer_gone(name):
+        return None
+    data = read_bytes(folder, name, MAX_LINE_BYTES + 2) or b""
+    if data.endswith(b"\n") and data.count(b"\n") == 1 and len(data) <= MAX_LINE_BYTES + 1:
+        new = segment_name(1, max(0, int(st.st_mtime * 1e9)))
+        if new not in names(folder):
+            folder.rename(name, new)
+            return f"kept the event a killed command left in {name}"
+    folder.unlink(name)
+    if data.strip():
+        add_counter(folder, "corrupt", 1)
+        return f"removed {name}: a torn line (counted as corrupt)"
+    return f"removed {name}: empty"
+
+
+def tidy(folder: HotFolder, now: float) -> list[str]:
+    """What killed processes and planted folders left behind, cleared at a claim (caller holds the lock):
+    ``tmp-*`` files are deleted, stale aside files published or deleted (:func:`_leftover_aside`), and folders
+    set aside at our file names removed if empty (a non-empty one is left, renamed ``.intruder-kept-*``, and
+    reported once). Returns lines for the flusher's log."""
+    notes = []
+    for name in names(folder):
+        if name.startswith(TMP_PREFIX):
+            with contextlib.suppress(OSError):
+                folder.unlink(name)
+        elif name.startswith(ASIDE_PREFIX) and name.endswith(ASIDE_SUFFIX):
+            note = _leftover_aside(folder, name, now)
+            if note:
+                notes.append(note)
+        elif segment_count(name) is not None:
+            if _planted(folder, name):
+                set_aside(folder, name)
+                notes.append(f"removed {name}: not a segment of ours")
+        elif name.startswith(INTRUDER_PREFIX) and not name.startswith(INTRUDER_PREFIX + "kept-"):
+            where = name[len(INTRUDER_PREFIX) :].split("-", 2)[-1]
+            try:
+                os.rmdir(name, dir_fd=folder.fd)
+                notes.append(f"removed an empty folder planted at {where}")
+            except OSError:
+                with contextlib.suppress(OSError):
+                    folder.rename(name, INTRUDER_PREFIX + "kept-" + name[len(INTRUDER_PREFIX) :])
+                notes.append(f"a folder was planted at {where}; it is kept as {INTRUDER_PREFIX}kept-...")
+    return notes
+
+
+class LockTimeout(TimeoutError):
+    """A :class:`FolderLock` was not free within its timeout."""
+
+
+class FolderLock:
+    """The exclusive OS lock on lock file ``name`` of ``folder``, as the hook takes it (:func:`~._hot.lock_fd`):
+    opened relative to the folder's descriptor, never by path or through a symlink (anything planted at the name
+    is set aside), and taken within ``timeout`` seconds (``0``: one try) or :class:`LockTimeout`. The same
+    ``flock`` as :class:`filelock.FileLock` on that file, which the command line uses. Not re-entrant."""
+
+    def __init__(self, folder: HotFolder, name: str, timeout: float) -> None:
+        self.folder = folder
+        self.name = name
+        self.timeout = timeout
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        if self.fd is not None:
+            raise RuntimeError(f"{self.name} is already held")
+        fd = open_ours(self.folder, self.name, _LOCK_FLAGS)[0]
+        try:
+            taken = take_lock(fd, self.timeout)
+        except BaseException:
+            os.close(fd)
+            raise
+        if not taken:
+            os.close(fd)
+            raise LockTimeout(f"{self.name} is held by another process")
+        self.fd = fd
+
+    def release(self) -> None:
+        """Closing the descriptor releases the lock; the file stays (never delete a lock file)."""
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            os.close(fd)
+
+    def __enter__(self) -> FolderLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def purge_if_present(app: App, env: Mapping[str, str]) -> None:

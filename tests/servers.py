@@ -108,6 +108,21 @@ def _response(status: int, body: bytes = b"", headers: dict[str, str] | None = N
     return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
 
 
+def ipv6_loopback_socket() -> socket.socket:
+    """A TCP socket bound to ``[::1]`` on a free port, for ``Server(sock=...)``; skips when IPv6 is off."""
+    import pytest
+
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 in this Python")
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    try:
+        sock.bind(("::1", 0))
+    except OSError as exc:
+        sock.close()
+        pytest.skip(f"cannot bind [::1]: {exc}")
+    return sock
+
+
 class _Listener:
     """Accept loop + per-connection threads, all stopped by :meth:`close`."""
 

@@ -285,7 +285,7 @@ def test_offline_laptop_a_day_of_commands_starts_few_flushers(sandbox: Sandbox, 
                 spawned.append(minute)
                 _spawn._touch(folder, _spawn.STAMP_NAME, now)
                 failures += 1  # the flusher fails and writes its back-off
-                _flush._touch(folder, _spawn.GATE_NAME, now + _flush.backoff_delay(failures, None, tune))
+                _spool.touch(folder, _spawn.GATE_NAME, now + _flush.backoff_delay(failures, None, tune))
     # 60 s doubling to 24 h: 0, 5, 10, 15, ~23, ~35 min, ... then hours apart.
     # With this seed: 11 flushers, at minutes 0, 5, 10, 15, 22, 31, 51, 115, 193, 404 and 778.
     assert 8 <= len(spawned) <= 14, spawned

@@ -179,15 +179,21 @@ def test_wide_existing_folder_is_tightened(sandbox: Sandbox, app: App) -> None:
 
 
 @pytest.mark.parametrize("name", ["spool.jsonl", "spool.lock"])
-def test_symlink_planted_at_a_spool_file_is_refused(sandbox: Sandbox, app: App, tmp_path: Path, name: str) -> None:
+def test_symlink_planted_at_a_spool_file_is_removed_never_followed(
+    sandbox: Sandbox, app: App, tmp_path: Path, name: str
+) -> None:
     enable(sandbox, app)
     folder = sandbox.state_dir(app)
     folder.mkdir(parents=True, mode=0o700)
     victim = tmp_path / "victim"
     victim.write_bytes(b"precious\n")
+    victim.chmod(0o644)
     (folder / name).symlink_to(victim)
-    assert not record("startproject", app=app, environ=sandbox.env)
+    assert record("startproject", app=app, environ=sandbox.env)
     assert victim.read_bytes() == b"precious\n"
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o644
+    assert not (folder / name).is_symlink()
+    assert [e["event"] for e in events_in(sandbox, app)] == ["startproject"]
 
 
 def test_symlink_planted_at_the_folder_is_refused(sandbox: Sandbox, app: App, tmp_path: Path) -> None:
@@ -207,12 +213,14 @@ def test_hard_link_planted_at_the_spool_is_refused(sandbox: Sandbox, app: App, t
     victim = tmp_path / "victim"
     victim.write_bytes(b"precious\n")
     os.link(victim, folder / "spool.jsonl")
-    # The planted name is discarded (counted as corrupt) and a fresh file of ours takes its place.
+    # The planted name is unlinked (the victim keeps its other name) and a fresh file of ours takes its place;
+    # no event of ours was in it, so nothing is counted as dropped.
     assert record("startproject", app=app, environ=sandbox.env)
     assert victim.read_bytes() == b"precious\n"
+    assert victim.stat().st_nlink == 1
     assert [e["event"] for e in events_in(sandbox, app)] == ["startproject"]
     with Folder(str(folder), create=False) as f:
-        assert read_counters(f) == {"corrupt": 1}
+        assert read_counters(f) == {}
 
 
 def test_symlink_planted_at_the_user_config_is_never_written(sandbox: Sandbox, app: App, tmp_path: Path) -> None:

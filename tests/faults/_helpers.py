@@ -11,16 +11,23 @@ import json
 import os
 import re
 import selectors
+import shutil
 import signal
+import socket
 import sqlite3
 import stat
 import subprocess
 import sys
+import tempfile
+import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent.parent
 GENERATED = REPO / "docs" / "_generated"
@@ -43,6 +50,8 @@ SCALES: dict[str, dict[str, int]] = {
         "storm_parallel": 3,
         "fuzz_examples": 150,
         "storage_reps": 1,
+        "race_seconds": 4,
+        "race_iterations": 40_000,
     },
     # The published figures (docs/_generated/reliability.json).
     "full": {
@@ -57,6 +66,8 @@ SCALES: dict[str, dict[str, int]] = {
         "storm_parallel": 4,
         "fuzz_examples": 2000,
         "storage_reps": 3,
+        "race_seconds": 40,
+        "race_iterations": 400_000,
     },
 }
 
@@ -281,6 +292,27 @@ def flushers_of(marker: str) -> dict[int, str]:
     return found
 
 
+def flusher_idle(folder: Path, marker: str) -> bool:
+    """No flusher of this sandbox runs: none in the process table (``marker`` in its environment) and
+    ``flusher.lock`` free (a flusher holds it from its first instruction; a process in the middle of an exec
+    can briefly show no command line)."""
+    import fcntl
+
+    if flushers_of(marker):
+        return False
+    try:
+        fd = os.open(folder / "flusher.lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
 def process_state(pid: int) -> str:
     raw = _read(f"/proc/{pid}/stat", 4096)
     if not raw:
@@ -386,3 +418,141 @@ def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.01
 
 def dumps(obj: object) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
+
+
+# --- a resolver that never answers -----------------------------------------------------------------------
+
+
+@dataclass
+class SilentResolver:
+    """What :func:`silent_dns` yields: the command prefix that runs a process with it, and what it was asked."""
+
+    prefix: list[str]
+    queries: list[bytes]
+
+
+@contextlib.contextmanager
+def silent_dns(root: Path) -> Iterator[SilentResolver]:
+    """A resolver on 127.0.0.1:53 that reads queries and never answers, made the only one in a private mount
+    namespace (``/etc/resolv.conf`` bind-mounted) for processes started with the yielded prefix."""
+    if not shutil.which("unshare") or os.geteuid() != 0:
+        pytest.skip("needs root and unshare")
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        udp.bind(("127.0.0.1", 53))
+    except OSError as exc:
+        udp.close()
+        pytest.skip(f"cannot bind 127.0.0.1:53: {exc}")
+    resolv = root / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.1\noptions timeout:5 attempts:3\n")
+    stop = threading.Event()
+    bind = 'mount --bind "$1" /etc/resolv.conf && shift && exec "$@"'
+    resolver = SilentResolver(prefix=["unshare", "-m", "sh", "-c", bind, "sh", str(resolv)], queries=[])
+
+    def swallow() -> None:
+        udp.settimeout(0.05)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError, OSError):
+                resolver.queries.append(udp.recv(4096))
+
+    thread = threading.Thread(target=swallow, daemon=True)
+    thread.start()
+    try:
+        yield resolver
+    finally:
+        stop.set()
+        thread.join(5)
+        udp.close()
+
+
+# --- other users -----------------------------------------------------------------------------------------
+
+VICTIM = (65534, 65534)
+"""The user whose events are recorded (``nobody``/``nogroup``): root ignores file modes, so a permission case
+run as root could pass for the wrong reason."""
+
+ATTACKER = (65533, 65533)
+"""Another local user, who can write a folder above the victim's state folder."""
+
+ROOT = (0, 0)
+
+
+def as_user(user: tuple[int, int]) -> list[str]:
+    """The command prefix that runs a process as ``user`` (no supplementary groups)."""
+    return ["setpriv", f"--reuid={user[0]}", f"--regid={user[1]}", "--clear-groups"]
+
+
+@contextlib.contextmanager
+def users_root() -> Iterator[Path]:
+    """A fresh folder every user can enter (pytest's own temporary folders are root's alone); skips unless root
+    with ``setpriv``."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run as other users")
+    root = Path(tempfile.mkdtemp(prefix="spool-faults-users-"))
+    root.chmod(0o755)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class Victim:
+    """An unprivileged user's home under ``root`` (config with a client id, reporting on), a folder every user can
+    write holding the user's state (``XDG_STATE_HOME``), and a precious file and a folder of the user's outside
+    both. :meth:`run` runs Python code as that user."""
+
+    def __init__(self, root: Path, config_extra: str = "", *, user: tuple[int, int] = VICTIM) -> None:
+        from spool_reporter._event import uuid4
+
+        self.user = user
+
+        self.root = root
+        self.home = root / "victim"
+        config = self.home / "config"
+        config.mkdir(parents=True)
+        (config / "djangoanalytics").write_text(f"disable=0\nclient_id={uuid4()}\n{config_extra}")
+        self.precious = self.home / "precious"
+        self.precious.write_bytes(b"the victim's own file\n")
+        self.decoy = self.home / "decoy"  # a folder of the victim's, where a planted link points
+        self.decoy.mkdir()
+        self.shared = root / "shared"
+        self.shared.mkdir()
+        self.shared.chmod(0o777)  # anyone may create, rename and delete entries (no sticky bit)
+        for path in (self.home, *self.home.rglob("*")):
+            os.lchown(path, *user)
+        self.precious.chmod(0o644)
+        from conftest import clean_environ
+
+        self.env = clean_environ(self.home)
+        self.env["XDG_STATE_HOME"] = str(self.shared)
+
+    def state_dir(self) -> Path:
+        return Path(self.env["XDG_STATE_HOME"]) / "spool_reporter" / "django"
+
+    def prefix(self) -> list[str]:
+        """The command prefix that runs a process as this user (none for root)."""
+        return as_user(self.user) if self.user != ROOT else []
+
+    def can_start_python(self) -> bool:
+        """Whether a process of this user can start ``sys.executable`` itself (as the hook starts the flusher):
+        not where the interpreter lives in a folder only root may enter (``/root/.pyenv``)."""
+        probe = [
+            *self.prefix(),
+            sys.executable,
+            "-c",
+            "import os, sys; os.execv(sys.executable, [sys.executable, '-c', ''])",
+        ]
+        return subprocess.run(probe, capture_output=True, timeout=60, check=False).returncode == 0
+
+    def run(
+        self, code: str, *args: str, timeout: float = 60, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*self.prefix(), sys.executable, "-c", textwrap.dedent(code), *args],
+            env=self.env if env is None else env,
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )

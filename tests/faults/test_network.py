@@ -23,7 +23,19 @@ from servers import Proxy, RefusedPort, Server, fill, with_destination
 from spool_reporter import _flush
 from spool_reporter._app import django_app
 
-from ._helpers import Figures, children, flusher_cmd, flushers_of, ids_in, process_state, python_cmd, scale, spool_bytes
+from ._helpers import (
+    Figures,
+    SilentResolver,
+    children,
+    flusher_cmd,
+    flushers_of,
+    ids_in,
+    process_state,
+    python_cmd,
+    scale,
+    silent_dns,
+    spool_bytes,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -66,48 +78,6 @@ def _syn_dropped() -> Iterator[str]:
         listener.close()
 
 
-@contextlib.contextmanager
-def _silent_dns(root: Path) -> Iterator[list[str]]:
-    """A resolver on 127.0.0.1:53 that reads queries and never answers, made the only one in a private mount
-    namespace (``/etc/resolv.conf`` bind-mounted); yields the command prefix."""
-    if not shutil.which("unshare") or not hasattr(socket, "AF_INET"):
-        pytest.skip("needs unshare")
-    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        udp.bind(("127.0.0.1", 53))
-    except OSError as exc:
-        udp.close()
-        pytest.skip(f"cannot bind 127.0.0.1:53: {exc}")
-    resolv = root / "resolv.conf"
-    resolv.write_text("nameserver 127.0.0.1\noptions timeout:5 attempts:3\n")
-    stop = threading.Event()
-    queries: list[bytes] = []
-
-    def swallow() -> None:
-        udp.settimeout(0.05)
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError, OSError):
-                queries.append(udp.recv(4096))
-
-    thread = threading.Thread(target=swallow, daemon=True)
-    thread.start()
-    try:
-        yield [
-            "unshare",
-            "-m",
-            "sh",
-            "-c",
-            'mount --bind "$1" /etc/resolv.conf && shift && exec "$@"',
-            "sh",
-            str(resolv),
-        ]
-        assert queries, "the flusher never asked our silent resolver"
-    finally:
-        stop.set()
-        thread.join(5)
-        udp.close()
-
-
 BEHAVIOURS: list[Any] = [
     pytest.param("healthy", {"behaviour": "healthy"}, "gone", id="healthy"),
     pytest.param("accepts, never answers", {"behaviour": "silent"}, "kept", id="silent"),
@@ -142,6 +112,7 @@ def test_server_behaviour(
         prefix: list[str] = []
         extra: dict[str, str] = {}
         server: Server | None = None
+        resolver: SilentResolver | None = None
         if kw.get("refused"):
             port = RefusedPort()
             stack.callback(port.close)
@@ -149,7 +120,8 @@ def test_server_behaviour(
         elif kw.get("syn"):
             url = stack.enter_context(_syn_dropped())
         elif kw.get("dns"):
-            prefix = stack.enter_context(_silent_dns(tmp_path))
+            resolver = stack.enter_context(silent_dns(tmp_path))
+            prefix = resolver.prefix
             url = "https://collector.invalid/v1/batch"
         else:
             tls = None
@@ -195,6 +167,8 @@ def test_server_behaviour(
                 delivered += len(ids)
         if server is not None and spool == "gone":
             assert len(set(server.event_ids())) == delivered
+        if resolver is not None:
+            assert resolver.queries, "the flusher never asked our silent resolver"
     figures.row(
         fault=f"collector: {title}",
         injected=f"loopback server ({kw}) against the detached flusher (deadline {DEADLINE:g} s)",
