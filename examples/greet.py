@@ -10,8 +10,9 @@ management commands under ``greet analytics``::
     python examples/greet.py analytics disable  # or GREET_NO_ANALYTICS=1, or DO_NOT_TRACK=1
 
 Its default destination is the self-hosted collector on this machine (``django-spool collector serve --db
-greet.sqlite3`` listens on 127.0.0.1:8765), so trying it sends nothing anywhere else; a user, the environment
-(``GREET_ANALYTICS_ENDPOINT``) or a distributor's policy can point it elsewhere or turn it off.
+greet.sqlite3 --commands Greet=hello`` listens on 127.0.0.1:8765), so trying it sends nothing anywhere else; a
+user, the environment (``GREET_ANALYTICS_ENDPOINT``) or a distributor's policy can point it elsewhere or turn it
+off.
 """
 
 from __future__ import annotations

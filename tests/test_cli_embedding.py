@@ -188,9 +188,10 @@ def test_click_is_never_imported_by_the_package(sandbox: Sandbox) -> None:
 
 @contextlib.contextmanager
 def collector(db: Path, env: dict[str, str]) -> Iterator[str]:
-    """The real self-hosted collector on a free loopback port; yields its batch URL."""
+    """The real self-hosted collector on a free loopback port, accepting Greet's one command; yields its batch URL."""
+    serve = ["serve", "--port", "0", "--db", str(db), "--commands", "Greet=hello"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "spool_reporter.collector", "serve", "--port", "0", "--db", str(db)],
+        [sys.executable, "-m", "spool_reporter.collector", *serve],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
