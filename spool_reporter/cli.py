@@ -16,6 +16,7 @@ import contextlib
 import errno
 import json
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -145,6 +146,27 @@ def _denied(path: str) -> str:
     return path
 
 
+def _blocker(path: str) -> tuple[str, str]:
+    """The first component of ``path`` that the spool code refuses to follow (``"link"``: another user's link,
+    or a link at one of the last two levels, ``spool_reporter/`` and the application's folder) or that is not a
+    folder (``"file"``), read with ``lstat``: a description for the message, never a decision (the spool code
+    decides through descriptors)."""
+    parts = os.path.abspath(path).split(os.sep)
+    for i in range(2, len(parts) + 1):
+        here = os.sep.join(parts[:i])
+        try:
+            st = os.lstat(here)
+        except OSError:
+            break
+        if stat.S_ISLNK(st.st_mode):
+            if i >= len(parts) - 1 or st.st_uid not in (0, os.geteuid() if hasattr(os, "geteuid") else 0):
+                return here, "link"
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            return here, "file"
+    return path, ""
+
+
 def folder_problem(path: str, exc: OSError) -> str:
     """The real reason the spool folder at ``path`` cannot be used, naming the path once."""
     cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
@@ -152,9 +174,12 @@ def folder_problem(path: str, exc: OSError) -> str:
         denied = _denied(path)
         where = "" if denied == path else f" ({denied} cannot be entered)"
         return f"cannot read the spool folder {path}: permission denied{where}"
-    if cause.errno == errno.ELOOP:
-        return f"the spool folder {path} is a symbolic link; refusing to follow it"
-    if cause.errno == errno.ENOTDIR:
+    if cause.errno in (errno.ELOOP, errno.ENOTDIR):
+        blocker, what = _blocker(path)
+        if what == "link":
+            return f"the spool folder {path} is reached through the symbolic link {blocker}; refusing to follow it"
+        if what == "file":
+            return f"the spool folder {path} cannot be made: {blocker} is not a folder"
         return f"the spool folder {path} is not a folder (or a file stands in its path)"
     if str(exc).startswith("not our folder"):
         return f"the spool folder {path} belongs to another user; refusing to use it"

@@ -17,6 +17,7 @@ import sys
 import time
 
 import pytest
+from conftest import SANDBOX_ENDPOINT
 from servers import Server
 
 from ._helpers import (
@@ -107,7 +108,8 @@ def _old_segment(victim: Victim) -> None:
         from spool_reporter._hook import record_event
         from spool_reporter._app import django_app
         from spool_reporter._spool import Folder
-        env = {{k: v for k, v in os.environ.items() if not k.endswith("_ANALYTICS_ENDPOINT")}}
+        # A named but refused destination: recorded (with no destination nothing is), and no flusher starts.
+        env = {{**os.environ, "DJANGO_ANALYTICS_ENDPOINT": {SANDBOX_ENDPOINT!r}}}
         for _ in range({OLD_SEGMENT_EVENTS}):
             assert record_event("startapp", app=django_app("5.2"), environ=env)
         with Folder({str(victim.state_dir())!r}, create=False) as f:
