@@ -49,14 +49,16 @@ both Django 5.2 and Linux") and never give an exact small count.
 from __future__ import annotations
 
 import dataclasses
+import json
 
-from ._stats import Week
+from ._stats import DEFAULT_APP, Week, compute
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
     from ._stats import Stats
+    from ._store import Store
 
 MIN_COUNT: Final = 10
 """The default k: published numbers count at least this many distinct developers (the project's policy)."""
@@ -66,6 +68,14 @@ MIN_COUNT_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_MIN_COUNT"
 
 OTHER: Final = "other"
 """The value that merged cells are published under."""
+
+PAGE_PATH: Final = "/"
+"""``GET /``: the public page (:func:`~spool_reporter.collector._report.render_html` of :func:`publish`)."""
+
+STATS_PATH: Final = "/v1/stats"
+"""``GET /v1/stats``: :func:`publish`'s document as JSON."""
+
+PATHS: Final = (PAGE_PATH, STATS_PATH)
 
 BREAKDOWNS: Final = ("by_django", "by_python", "by_os")
 """The breakdowns that count distinct developers, hence the ones the threshold can protect and publish."""
@@ -81,6 +91,14 @@ def parse_min_count(text: str) -> int:
         msg = f"the minimum count must be a whole number of at least 1, got {text!r}"
         raise ValueError(msg)
     return int(value)
+
+
+def check_min_count(min_count: int) -> int:
+    """``min_count`` if it is a valid k (at least 1); raises :exc:`ValueError` otherwise."""
+    if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
+        msg = f"min_count must be a whole number of at least 1, got {min_count!r}"
+        raise ValueError(msg)
+    return min_count
 
 
 def _order(cells: dict[str, int]) -> dict[str, int]:
@@ -179,8 +197,32 @@ def publish_week(week: Week, min_count: int) -> Week | None:
 
 def publish(stats: Stats, *, min_count: int = MIN_COUNT) -> Published:
     """The public document of ``stats``: every number counts at least ``min_count`` developers."""
-    if min_count < 1:
-        msg = f"min_count must be at least 1, got {min_count}"
-        raise ValueError(msg)
+    check_min_count(min_count)
     weeks = [w for w in (publish_week(week, min_count) for week in stats.weeks) if w is not None]
     return Published(app=stats.app, min_count=min_count, events=sum(w.events for w in weeks), weeks=weeks)
+
+
+_JSON_CSP: Final = "default-src 'none'; frame-ancestors 'none'"
+
+
+def answer(
+    path: str, store: Store, *, min_count: int, app: str = DEFAULT_APP
+) -> tuple[int, bytes, str, list[tuple[str, str]]]:
+    """The WSGI answer to ``GET path`` for one of :data:`PATHS`: (status, body, content type, extra headers)."""
+    from ._report import CSP_HEADER, render_html  # the page's module imports this one
+
+    doc = publish(compute(store, app=app), min_count=min_count)
+    if path == STATS_PATH:
+        body = json.dumps(doc.as_dict(), ensure_ascii=True).encode("ascii")
+        return (
+            200,
+            body,
+            "application/json",
+            [("Content-Security-Policy", _JSON_CSP), ("X-Content-Type-Options", "nosniff")],
+        )
+    headers = [
+        ("Content-Security-Policy", CSP_HEADER),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Referrer-Policy", "no-referrer"),
+    ]
+    return 200, render_html(doc).encode("utf-8"), "text/html; charset=utf-8", headers
