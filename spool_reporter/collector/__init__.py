@@ -3,10 +3,11 @@ GA4-shaped payloads) and stores no IP address.
 
 Public API (everything else in this package is private)::
 
-    make_app(db_path, *, forward=None) -> Collector        # the WSGI application
-    serve(db_path, *, host="127.0.0.1", port=0, forward=None) -> CollectorServer   # embedded server, bound
-    stats(db_path, *, app="Django") -> Stats                # distinct developers per ISO week
-    render_html(stats) -> str                               # the self-contained HTML report
+    make_app(db_path, *, forward=None, min_count=10) -> Collector     # the WSGI application
+    serve(db_path, *, host="127.0.0.1", port=0, forward=None, min_count=10) -> CollectorServer   # bound
+    stats(db_path, *, app="Django") -> Stats                # distinct developers per ISO week (all of them)
+    publish(stats, *, min_count=10) -> Published            # the same with small groups merged or withheld
+    render_html(stats_or_published) -> str                  # the self-contained page (GET / serves it)
     GA4Forwarder(measurement_id=..., api_secret=...)        # optional server-side forwarding to GA4
 
 A demo or a test starts one on a free loopback port and reads the numbers at the end::
@@ -20,7 +21,9 @@ The wire format: ``POST /v1/batch`` with ``Content-Type: application/json`` and 
 event exactly the allowlisted fields. Answers ``200 {"accepted": n, "duplicates": m}``; ``400`` with a short
 reason for invalid input; ``413`` for a body over the cap; ``411`` without a length; ``415`` for another
 content type or a content encoding; ``503`` with ``Retry-After`` when the database stays locked.
-``GET /v1/health`` answers ``{"ok": true}``.
+``GET /v1/health`` answers ``{"ok": true}``. ``GET /`` is the public page and ``GET /v1/stats`` its JSON
+(``publish(stats(db), min_count=...).as_dict()``): no published number counts fewer than ``min_count``
+developers.
 
 ``POST /mp/collect`` (:data:`GA4_PATH`) takes exactly what the ``ga4`` transport sends, so a client
 configured with ``transport=ga4`` can use this collector instead of Google: the query string
@@ -33,6 +36,7 @@ from __future__ import annotations
 import os
 
 from ._forward import GA4Forwarder
+from ._public import MIN_COUNT, Published, publish
 from ._report import render_html
 from ._server import CollectorServer
 from ._stats import Stats, Week
@@ -50,26 +54,32 @@ __all__ = [
     "GA4_PATH",
     "MAX_BODY_BYTES",
     "MAX_EVENTS",
+    "MIN_COUNT",
     "Collector",
     "CollectorError",
     "CollectorServer",
     "Counters",
     "GA4Forwarder",
+    "Published",
     "Stats",
     "Week",
     "make_app",
+    "publish",
     "render_html",
     "serve",
     "stats",
 ]
 
 
-def make_app(db_path: str | os.PathLike[str], *, forward: Forwarder | None = None) -> Collector:
+def make_app(
+    db_path: str | os.PathLike[str], *, forward: Forwarder | None = None, min_count: int = MIN_COUNT
+) -> Collector:
     """The collector as a WSGI application storing into the SQLite file ``db_path`` (created if missing).
 
     :param forward: an optional forwarder (:class:`GA4Forwarder`) that receives every newly stored event.
+    :param min_count: the fewest developers a number at ``GET /`` and ``GET /v1/stats`` may count.
     """
-    return Collector(Store(db_path), forward=forward)
+    return Collector(Store(db_path), forward=forward, min_count=min_count)
 
 
 def serve(
@@ -78,9 +88,10 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 0,
     forward: Forwarder | None = None,
+    min_count: int = MIN_COUNT,
 ) -> CollectorServer:
     """A bound embedded server for :func:`make_app` (``port=0``: a free port, see ``.port`` and ``.url``).
 
     Call ``.serve_forever()`` or ``.start()`` (a daemon thread), and ``.stop()``; or use ``with``.
     """
-    return CollectorServer(make_app(db_path, forward=forward), host=host, port=port)
+    return CollectorServer(make_app(db_path, forward=forward, min_count=min_count), host=host, port=port)
