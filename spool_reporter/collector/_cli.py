@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from types import FrameType
     from typing import Final
 
+    from ._public import Published
     from ._stats import Stats
 
 DEFAULT_PORT: Final = 8765
@@ -48,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve = commands.add_parser(
         "serve",
         help="receive batches at POST /v1/batch (embedded server, for a laptop or a demo)",
-        description="Serve the collector with the embedded server until interrupted. With --port 0 a free "
+        description="Serve the collector with the embedded server until interrupted: batches at POST "
+        "/v1/batch, the public page at GET / and its JSON at GET /v1/stats. With --port 0 a free "
         "port is picked. The first line on stdout is 'listening on URL'. For production, run the WSGI "
         "application under gunicorn or uWSGI behind a TLS proxy (see the self-hosting docs).",
     )
@@ -61,6 +63,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"also forward new events to this GA4 stream; the API secret is read from ${API_SECRET_VARIABLE}",
     )
     serve.add_argument("--ga4-endpoint", default=None, help=argparse.SUPPRESS)  # tests: a loopback fake
+    serve.add_argument(
+        "--min-count",
+        type=_min_count,
+        default=10,  # _public.MIN_COUNT, not imported here: it would load the store for every django-spool command
+        metavar="N",
+        help="the public page (GET /) and GET /v1/stats publish no number that counts fewer than N distinct "
+        "developers; smaller groups are merged into 'other' or not shown (default: %(default)s)",
+    )
     serve.set_defaults(func=cmd_serve)
 
     stats = commands.add_parser(
@@ -71,10 +81,33 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     stats.add_argument("--db", required=True, type=Path, metavar="PATH", help="the collector's SQLite file")
     stats.add_argument("--json", action="store_true", help='print {"weeks": [...]} as JSON')
-    stats.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML report")
+    stats.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write the page that GET / serves, as one self-contained file: with the full numbers, "
+        "unless --min-count is given",
+    )
+    stats.add_argument(
+        "--min-count",
+        type=_min_count,
+        default=None,
+        metavar="N",
+        help="apply the public threshold to the text, --json and --html: show exactly what GET / and "
+        "GET /v1/stats publish with --min-count N (default: the full numbers, for the operator only)",
+    )
     stats.add_argument("--app", default="Django", help="the application to report (default: %(default)s)")
     stats.set_defaults(func=cmd_stats)
     return parser
+
+
+def _min_count(text: str) -> int:
+    from ._public import parse_min_count
+
+    try:
+        return parse_min_count(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 class _Stop(Exception):
@@ -116,7 +149,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             forward = GA4Forwarder(
                 measurement_id=args.forward_ga4, api_secret=secret, endpoint=args.ga4_endpoint or GA4_ENDPOINT
             )
-        server = serve(args.db, host=args.host, port=args.port, forward=forward)
+        server = serve(args.db, host=args.host, port=args.port, forward=forward, min_count=args.min_count)
     except (CollectorError, OSError) as exc:
         print(f"collector serve: {exc}", file=sys.stderr)
         return 1
@@ -143,11 +176,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _text(stats: Stats, db: Path) -> str:
-    lines = [
-        f"{stats.app}: {stats.developers} developers, {stats.events} events, "
-        f"{len(stats.weeks)} weeks with events ({db})"
-    ]
+def _text(stats: Stats | Published, db: Path) -> str:
+    weeks = len(stats.weeks)
+    if stats.developers is None:  # the public numbers, which have no all-time count (rule 7 of _public.py)
+        head = f"{stats.app}: {weeks} weeks published, no number under {stats.min_count} developers ({db})"
+    else:
+        head = f"{stats.app}: {stats.developers} developers, {stats.events} events, {weeks} weeks with events ({db})"
+    lines = [head]
     if not stats.weeks:
         return lines[0]
 
@@ -181,15 +216,16 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from . import CollectorError, render_html, stats
+    from . import CollectorError, publish, render_html, stats
     from ._stats import apps
 
     try:
-        result = stats(args.db, app=args.app)
-        others = {} if result.events else {k: v for k, v in apps(args.db).items() if k != args.app}
+        full = stats(args.db, app=args.app)
+        others = {} if full.events else {k: v for k, v in apps(args.db).items() if k != args.app}
     except CollectorError as exc:
         print(f"collector stats: {exc}", file=sys.stderr)
         return 1
+    result = full if args.min_count is None else publish(full, min_count=args.min_count)
     if args.html is not None:
         try:
             _write_atomic(args.html, render_html(result))
