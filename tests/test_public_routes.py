@@ -1,19 +1,30 @@
-"""``GET /`` and ``GET /v1/stats`` of a real embedded collector on a loopback port, filled through its real
-ingest endpoint; and the WSGI module's ``SPOOL_REPORTER_COLLECTOR_MIN_COUNT``."""
+"""``GET /`` and ``GET /v1/stats`` of a real collector on a loopback port (in a thread, and as a real
+``serve`` process), filled through its real ingest endpoint; ``serve --min-count``, ``stats --min-count``
+and the WSGI module's ``SPOOL_REPORTER_COLLECTOR_MIN_COUNT``."""
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import urllib3
 from test_collector import batch, event, post
+from test_collector_processes import start_server
 
-from spool_reporter.collector import CollectorError, CollectorServer, make_app, publish, serve, stats
+from spool_reporter.collector import MIN_COUNT, CollectorError, CollectorServer, make_app, publish, serve, stats
+from spool_reporter.collector._cli import register
 from spool_reporter.collector._report import CSP_HEADER
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from conftest import Sandbox
 
 HTTP = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=5, read=20))
 
@@ -124,3 +135,69 @@ def test_wsgi_module_reads_min_count(db: Path) -> None:
     for bad in ("0", "ten", "-1"):
         with pytest.raises(CollectorError, match=r"SPOOL_REPORTER_COLLECTOR_MIN_COUNT: .*at least 1"):
             wsgi.from_environ({**env, "SPOOL_REPORTER_COLLECTOR_MIN_COUNT": bad})
+
+
+# -- the commands: serve --min-count, stats --min-count ----------------------------------------------------
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "spool_reporter.collector", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_serve_min_count_and_stats_min_count_agree(tmp_path: Path, sandbox: Sandbox) -> None:
+    db = tmp_path / "c.sqlite3"
+    served = start_server(db, sandbox.env, tmp_path, "--min-count", "5")
+    try:
+        fill(served.url, recent_week_times(3))
+        base = served.url.removesuffix("/v1/batch")
+        served_doc = json.loads(HTTP.request("GET", base + "/v1/stats").data)
+        page = HTTP.request("GET", base + "/").data.decode()
+    finally:
+        served.stop()
+    assert served.proc.returncode == 0
+    assert served_doc["min_count"] == 5
+    assert [w["developers"] for w in served_doc["weeks"]] == [45, 6, 45]
+    # The operator sees exactly what was published with --min-count, and everything without it.
+    done = _cli(sandbox.env, "stats", "--db", str(db), "--json", "--min-count", "5")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads(done.stdout) == served_doc
+    full = _cli(sandbox.env, "stats", "--db", str(db), "--json")
+    assert json.loads(full.stdout) == json.loads(json.dumps(stats(db).as_dict()))
+    text = _cli(sandbox.env, "stats", "--db", str(db), "--min-count", "10")
+    assert text.stdout.splitlines()[0] == f"Django: 2 weeks published, no number under 10 developers ({db})"
+    assert "FreeBSD" not in text.stdout
+    assert "FreeBSD" in _cli(sandbox.env, "stats", "--db", str(db)).stdout
+    # --html writes the page GET / serves (apart from the time it was made).
+    report = tmp_path / "page.html"
+    assert _cli(sandbox.env, "stats", "--db", str(db), "--min-count", "5", "--html", str(report)).returncode == 0
+    assert _without_time(report.read_text(encoding="utf-8")) == _without_time(page)
+
+
+def _without_time(page: str) -> str:
+    return re.sub(r"Generated [0-9-]+ [0-9:]+ UTC", "Generated", page)
+
+
+@pytest.mark.parametrize("command", ["serve", "stats"])
+@pytest.mark.parametrize("value", ["0", "many"])
+def test_min_count_usage_errors(tmp_path: Path, sandbox: Sandbox, command: str, value: str) -> None:
+    done = _cli(sandbox.env, command, "--db", str(tmp_path / "c.sqlite3"), "--min-count", value)
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1].endswith(
+        f"the minimum count must be a whole number of at least 1, got {value!r}"
+    )
+    assert "Traceback" not in done.stderr
+
+
+def test_serve_default_is_the_public_default() -> None:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["collector", "serve", "--db", "x"])
+    assert args.min_count == MIN_COUNT
+    assert parser.parse_args(["collector", "stats", "--db", "x"]).min_count is None
