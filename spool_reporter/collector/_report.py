@@ -73,7 +73,7 @@ svg.chart text { font-size: 12px; fill: #50575e; }
 table { border-collapse: collapse; width: 100%; font-size: .85rem; }
 caption { text-align: left; font-weight: 600; padding: .45rem .6rem; }
 th, td { text-align: left; padding: .3rem .6rem; border-bottom: 1px solid #ececec; white-space: nowrap; }
-thead th { position: sticky; top: 0; background: #f6f7f7; }
+thead th { position: sticky; top: 0; background: #f6f7f7; white-space: normal; vertical-align: bottom; }
 .n { text-align: right; font-variant-numeric: tabular-nums; }
 td.none { color: #787c82; white-space: normal; }
 .method li { margin: .3rem 0; max-width: 48rem; }
@@ -207,7 +207,7 @@ def _breakdown_section(
                 for s in series
             )
         rows.append(f'<tr><th scope="row">{esc(week.week)}</th>{cells}</tr>')
-    caption = f"{esc(heading)}: {unit} (share), newest week first"
+    caption = f"{esc(heading)}, newest week first"
     table = _table(f"{ident}-table", caption, head, rows)
     return (
         f'<section aria-labelledby="{ident}-h"><h2 id="{ident}-h">{esc(heading)}</h2>'
