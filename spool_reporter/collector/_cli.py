@@ -186,8 +186,10 @@ def _text(stats: Stats | Published, db: Path) -> str:
     if not stats.weeks:
         return lines[0]
 
+    empty = "withheld" if stats.developers is None else "-"  # a published week's breakdown is empty if withheld
+
     def fmt(counts: dict[str, int]) -> str:
-        return ", ".join(f"{name}: {n}" for name, n in counts.items()) or "-"
+        return ", ".join(f"{name}: {n}" for name, n in counts.items()) or empty
 
     rows = [("week", "developers", "events", stats.app, "Python", "OS")]
     rows += [
