@@ -8,15 +8,13 @@ import argparse
 import datetime
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import urllib3
 from test_collector import batch, event, post
-from test_collector_processes import start_server
+from test_collector_processes import _cli, start_server
 
 from spool_reporter.collector import MIN_COUNT, CollectorError, CollectorServer, make_app, publish, serve, stats
 from spool_reporter.collector._cli import register
@@ -53,26 +51,20 @@ def fill(url: str, times: list[str]) -> list[dict[str, object]]:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "collector.sqlite3"
-
-
-@pytest.fixture
-def server(db: Path) -> Iterator[CollectorServer]:
-    srv = serve(db).start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
+def public(tmp_path: Path) -> Iterator[tuple[CollectorServer, Path]]:
+    """A real embedded collector on loopback and its database, filled by :func:`fill` over three weeks."""
+    db = tmp_path / "collector.sqlite3"
+    with serve(db) as srv:
+        fill(srv.url, recent_week_times(3))
+        yield srv, db
 
 
 def _base(server: CollectorServer) -> str:
     return server.url.removesuffix("/v1/batch")
 
 
-def test_v1_stats_is_the_public_document(server: CollectorServer, db: Path) -> None:
-    times = recent_week_times(3)
-    fill(server.url, times)
+def test_v1_stats_is_the_public_document(public: tuple[CollectorServer, Path]) -> None:
+    server, db = public
     response = HTTP.request("GET", _base(server) + "/v1/stats")
     assert response.status == 200
     assert response.headers["Content-Type"] == "application/json"
@@ -94,8 +86,8 @@ def test_v1_stats_is_the_public_document(server: CollectorServer, db: Path) -> N
     assert [w["developers"] for w in full["weeks"]] == [45, 6, 45]  # type: ignore[index]
 
 
-def test_page_is_served_with_its_policy(server: CollectorServer) -> None:
-    fill(server.url, recent_week_times(3))
+def test_page_is_served_with_its_policy(public: tuple[CollectorServer, Path]) -> None:
+    server, _ = public
     response = HTTP.request("GET", _base(server) + "/")
     assert response.status == 200
     assert response.headers["Content-Type"] == "text/html; charset=utf-8"
@@ -108,7 +100,8 @@ def test_page_is_served_with_its_policy(server: CollectorServer) -> None:
     assert "3.2" not in page
 
 
-def test_public_paths_take_get_only(server: CollectorServer) -> None:
+def test_public_paths_take_get_only(public: tuple[CollectorServer, Path]) -> None:
+    server, _ = public
     for path in ("/", "/v1/stats"):
         response = HTTP.request("POST", _base(server) + path, body=b"{}", headers={"Content-Type": "application/json"})
         assert response.status == 405
@@ -116,7 +109,8 @@ def test_public_paths_take_get_only(server: CollectorServer) -> None:
     assert HTTP.request("GET", _base(server) + "/v1/stats/").status == 404
 
 
-def test_min_count_is_the_servers_choice(db: Path) -> None:
+def test_min_count_is_the_servers_choice(tmp_path: Path) -> None:
+    db = tmp_path / "collector.sqlite3"
     with serve(db, min_count=2) as server:
         fill(server.url, recent_week_times(3))
         doc = json.loads(HTTP.request("GET", _base(server) + "/v1/stats").data)
@@ -126,7 +120,8 @@ def test_min_count_is_the_servers_choice(db: Path) -> None:
         make_app(db, min_count=0)
 
 
-def test_wsgi_module_reads_min_count(db: Path) -> None:
+def test_wsgi_module_reads_min_count(tmp_path: Path) -> None:
+    db = tmp_path / "collector.sqlite3"
     from spool_reporter.collector import wsgi
 
     env = {wsgi.DB_VARIABLE: str(db)}
@@ -138,17 +133,6 @@ def test_wsgi_module_reads_min_count(db: Path) -> None:
 
 
 # -- the commands: serve --min-count, stats --min-count ----------------------------------------------------
-
-
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "spool_reporter.collector", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_serve_min_count_and_stats_min_count_agree(tmp_path: Path, sandbox: Sandbox) -> None:
