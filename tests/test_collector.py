@@ -296,7 +296,8 @@ def fuzz_app(tmp_path_factory: pytest.TempPathFactory) -> object:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     method=st.sampled_from(["POST", "GET", "PUT", "HEAD", "DELETE", "post"]),
-    path=st.sampled_from(["/v1/batch", "/", "/v1/batch/", "/mp/collect", "/v1/health"]) | st.text(max_size=10),
+    path=st.sampled_from(["/v1/batch", "/", "/v1/batch/", "/mp/collect", "/v1/health", "/v1/stats"])
+    | st.text(max_size=10),
     content_type=st.sampled_from(["application/json", "application/json; charset=utf-8", "text/plain", ""]),
     length=st.none() | st.sampled_from(["", "-1", "abc", "99999999999999999999", "0"]) | st.integers(0, 10**9).map(str),
     encoding=st.none() | st.sampled_from(["gzip", "identity"]),
@@ -311,7 +312,8 @@ def test_fuzz_wsgi_app(
         headers["HTTP_CONTENT_ENCODING"] = encoding
     status, out = _call(fuzz_app, method, path, body, headers)
     code = int(status.split()[0])
-    ok = (code == 200 and path in ("/v1/batch", "/v1/health")) or (code == 204 and path == "/mp/collect")
+    public = code == 200 and method == "GET" and (path or "/") in ("/", "/v1/stats")  # an empty PATH_INFO is "/"
+    ok = public or (code == 200 and path in ("/v1/batch", "/v1/health")) or (code == 204 and path == "/mp/collect")
     assert 400 <= code < 500 or ok, (status, out)
 
 
@@ -491,7 +493,7 @@ def test_server_refuses_invalid_input(server: CollectorServer) -> None:
     assert b"larger than" in reason
     response = HTTP.request("GET", url)
     assert (response.status, response.headers["Allow"]) == (405, "POST")
-    assert HTTP.request("GET", url.replace("/v1/batch", "/")).status == 404
+    assert HTTP.request("GET", url.replace("/v1/batch", "/nowhere")).status == 404
     assert HTTP.request("POST", url.replace("/v1/batch", "/v1/batchx"), body=b"{}").status == 404
     assert HTTP.request("GET", url.replace("/v1/batch", "/v1/health")).data == b'{"ok": true}'
     assert server.app.store.count() == (0, 0)
