@@ -253,3 +253,12 @@ def test_chart_keeps_two_years() -> None:
 def test_axis_top_is_four_round_steps(value: int, top: int) -> None:
     assert nice_max(value) == top
     assert top % 4 == 0
+
+
+def test_a_breakdown_withheld_in_every_week_still_says_so() -> None:
+    # 5 of 40 developers used two versions each week: the Django breakdown is withheld everywhere.
+    weeks = [Week(**{**w.__dict__, "by_django": {"5.2": 25, "4.2": 20}}) for w in _weeks(3, developers=40)]
+    root = _parse(render_html(publish(_stats(weeks)), generated=WHEN))
+    versions = _section(root, "versions")
+    assert "Not published for these weeks" in _text(versions)
+    assert [row[1].startswith("not published this week") for row in _table_rows(versions)[1:]] == [True] * 3

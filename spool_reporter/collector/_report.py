@@ -23,7 +23,7 @@ import hashlib
 
 from spool_reporter._version import __version__
 
-from ._public import OTHER, Published
+from ._public import BREAKDOWNS, OTHER, Published
 from ._svg import OTHER_CLASS, SERIES_CLASSES, esc, stacked_shares, trend
 
 TYPE_CHECKING = False
@@ -189,7 +189,8 @@ def _breakdown_section(
     folded = {w.week: _fold(getattr(w, name), series) for w in shown}
     columns = [(label, folded.get(label) or None) for label in window]
     title = f"{heading} per ISO week, as shares of the week's {unit}"
-    chart = stacked_shares(ident, title, columns, series, unit=unit, empty="Nothing to show.")
+    empty = "Not published for these weeks: see how these numbers are made, below." if public else "Nothing to show."
+    chart = stacked_shares(ident, title, columns, series, unit=unit, empty=empty)
     legend = "".join(f"<li>{_swatch(i, s)}<bdi>{esc(s)}</bdi></li>" for i, s in enumerate(series))
     head = ['<th scope="col">Week</th>'] + [f'<th scope="col" class="n"><bdi>{esc(s)}</bdi></th>' for s in series]
     rows = []
@@ -274,7 +275,8 @@ def render_html(doc: Stats | Published, *, generated: datetime.datetime | None =
         lead_rule = f"To protect small groups, every number counts at least {public.min_count} developers."
     sections = [_trend_section(weeks, window, public)]
     for section in _SECTIONS:
-        if any(getattr(w, section[0]) for w in shown):
+        # A breakdown of developers withheld in every week shown still gets its section, which says so.
+        if any(getattr(w, section[0]) for w in shown) or (public and shown and section[0] in BREAKDOWNS):
             sections.append(_breakdown_section(section, weeks, window, app=doc.app, public=public is not None))
     return (
         "<!DOCTYPE html>\n"
