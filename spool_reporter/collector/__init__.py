@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 
 from ._forward import GA4Forwarder
-from ._public import MIN_COUNT, Published, publish
+from ._public import MIN_COUNT, Published, check_min_count, publish
 from ._report import render_html
 from ._server import CollectorServer
 from ._stats import Stats, Week
@@ -79,6 +79,7 @@ def make_app(
     :param forward: an optional forwarder (:class:`GA4Forwarder`) that receives every newly stored event.
     :param min_count: the fewest developers a number at ``GET /`` and ``GET /v1/stats`` may count.
     """
+    check_min_count(min_count)  # before the store opens the database
     return Collector(Store(db_path), forward=forward, min_count=min_count)
 
 
