@@ -16,7 +16,8 @@ nox.options.error_on_missing_interpreters = False  # a user's machine has the Py
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 REPO = Path(__file__).resolve().parent
-TEST_DEPS = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "trustme>=1.1"]
+# pillow reads the public page's screenshots in tests/test_public_browser.py.
+TEST_DEPS = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "trustme>=1.1", "pillow>=10"]
 
 
 DJANGO_MATRIX = [

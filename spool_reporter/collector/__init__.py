@@ -3,10 +3,11 @@ GA4-shaped payloads), judges each event on its own, and stores no IP address.
 
 Public API (everything else in this package is private)::
 
-    make_app(db, *, forward=None, policy=None, limits=None) -> Collector     # the WSGI application
+    make_app(db, *, forward=None, policy=None, limits=None, min_count=10) -> Collector   # the WSGI application
     serve(db, *, host="127.0.0.1", port=0, ...) -> CollectorServer           # embedded server, bound
-    stats(db, *, app="Django") -> Stats                 # distinct developers per ISO week
-    render_html(stats) -> str                           # the self-contained HTML report
+    stats(db, *, app="Django") -> Stats                 # distinct developers per ISO week (all of them)
+    publish(stats, *, min_count=10) -> Published        # the same with small groups merged or withheld
+    render_html(stats_or_published) -> str              # the self-contained page (GET / serves it)
     open_store(db, *, create=True, limits=None) -> Store  # the database: a SQLite path or a postgresql:// URL
     Policy(commands=..., max_age=...)                   # what is accepted (applications, commands, time window)
     Limits(per_client_week=1000)                        # what is kept
@@ -26,7 +27,9 @@ event is judged on its own; a well-formed batch is answered ``200 {"accepted": n
 "rejected": r}`` once it is durable. ``400`` with a short reason for a body that is not a batch; ``413``
 for a body over the cap; ``411`` without a length; ``415`` for another content type or a content encoding;
 ``503`` with ``Retry-After`` when the database is busy or unreachable. ``GET /v1/health`` answers
-``{"ok": true}``.
+``{"ok": true}``. ``GET /`` is the public page and ``GET /v1/stats`` its JSON
+(``publish(stats(db), min_count=...).as_dict()``): no published number counts fewer than ``min_count``
+developers.
 
 ``POST /mp/collect`` (:data:`GA4_PATH`) takes exactly what the ``ga4`` transport sends, so a client
 configured with ``transport=ga4`` can use this collector instead of Google: the query string
@@ -39,6 +42,7 @@ from __future__ import annotations
 import os
 
 from ._forward import GA4Forwarder
+from ._public import MIN_COUNT, Published, check_min_count, publish
 from ._report import render_html
 from ._server import CollectorServer
 from ._stats import Stats, Week
@@ -56,6 +60,7 @@ __all__ = [
     "GA4_PATH",
     "MAX_BODY_BYTES",
     "MAX_EVENTS",
+    "MIN_COUNT",
     "Collector",
     "CollectorError",
     "CollectorServer",
@@ -63,12 +68,14 @@ __all__ = [
     "GA4Forwarder",
     "Limits",
     "Policy",
+    "Published",
     "Stats",
     "Store",
     "Unavailable",
     "Week",
     "make_app",
     "open_store",
+    "publish",
     "render_html",
     "serve",
     "stats",
@@ -81,6 +88,7 @@ def make_app(
     forward: Forwarder | None = None,
     policy: Policy | None = None,
     limits: Limits | None = None,
+    min_count: int = MIN_COUNT,
 ) -> Collector:
     """The collector as a WSGI application storing into ``db`` (a SQLite path, created if missing, or a
     ``postgresql://`` URL; the schema is created or migrated either way).
@@ -88,9 +96,11 @@ def make_app(
     :param forward: an optional forwarder (:class:`GA4Forwarder`) that receives every newly stored event.
     :param policy: what is accepted (:class:`Policy`: applications and their commands, the time window).
     :param limits: what is kept (:class:`Limits`: events per client id per week).
+    :param min_count: the fewest developers a number at ``GET /`` and ``GET /v1/stats`` may count.
     :raises CollectorError: the database cannot be opened (one line saying why).
     """
-    return Collector(open_store(db, limits=limits), forward=forward, policy=policy)
+    check_min_count(min_count)  # before the store opens the database
+    return Collector(open_store(db, limits=limits), forward=forward, policy=policy, min_count=min_count)
 
 
 def serve(
@@ -101,12 +111,13 @@ def serve(
     forward: Forwarder | None = None,
     policy: Policy | None = None,
     limits: Limits | None = None,
+    min_count: int = MIN_COUNT,
 ) -> CollectorServer:
     """A bound embedded server for :func:`make_app` (``port=0``: a free port, see ``.port`` and ``.url``).
 
     Call ``.serve_forever()`` or ``.start()`` (a daemon thread), and ``.stop()``; or use ``with``.
     """
-    app = make_app(db, forward=forward, policy=policy, limits=limits)
+    app = make_app(db, forward=forward, policy=policy, limits=limits, min_count=min_count)
     try:
         return CollectorServer(app, host=host, port=port)
     except BaseException:

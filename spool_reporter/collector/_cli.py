@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from types import FrameType
     from typing import Final
 
+    from ._public import Published
     from ._stats import Stats
 
 DEFAULT_PORT: Final = 8765
@@ -68,10 +69,11 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     serve = commands.add_parser(
         "serve",
         help="receive batches at POST /v1/batch (embedded server, for a laptop or a demo)",
-        description="Serve the collector with the embedded server until interrupted (SIGINT or SIGTERM). With "
-        "--port 0 a free port is picked. The first line on stdout is 'listening on URL'. For production, run "
-        "the WSGI application spool_reporter.collector.wsgi:application under gunicorn behind a TLS proxy "
-        "(see the self-hosting docs).",
+        description="Serve the collector with the embedded server until interrupted (SIGINT or SIGTERM): "
+        "batches at POST /v1/batch, the public page at GET / and its JSON at GET /v1/stats. With --port 0 a "
+        "free port is picked. The first line on stdout is 'listening on URL'. For production, run the WSGI "
+        "application spool_reporter.collector.wsgi:application under gunicorn behind a TLS proxy (see the "
+        "self-hosting docs).",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port; 0 picks a free one (default: %(default)s)")
@@ -104,6 +106,14 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help=f"also forward new events to this GA4 stream; the API secret is read from ${API_SECRET_VARIABLE}",
     )
     serve.add_argument("--ga4-endpoint", default=None, help=argparse.SUPPRESS)  # tests: a loopback fake
+    serve.add_argument(
+        "--min-count",
+        type=_min_count,
+        default=10,  # _public.MIN_COUNT, not imported here: it would load the store for every django-spool command
+        metavar="N",
+        help="the public page (GET /) and GET /v1/stats publish no number that counts fewer than N distinct "
+        "developers; smaller groups are merged into 'other' or not shown (default: %(default)s)",
+    )
     serve.set_defaults(func=cmd_serve)
 
     stats = commands.add_parser(
@@ -114,7 +124,21 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     _add_db(stats, "the collector's database")
     stats.add_argument("--json", action="store_true", help='print {"weeks": [...]} as JSON')
-    stats.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML report")
+    stats.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write the page that GET / serves, as one self-contained file: with the full numbers, "
+        "unless --min-count is given",
+    )
+    stats.add_argument(
+        "--min-count",
+        type=_min_count,
+        default=None,
+        metavar="N",
+        help="apply the public threshold to the text, --json and --html: show exactly what GET / and "
+        "GET /v1/stats publish with --min-count N (default: the full numbers, for the operator only)",
+    )
     stats.add_argument("--app", default="Django", help="the application to report (default: %(default)s)")
     stats.set_defaults(func=cmd_stats)
 
@@ -127,6 +151,15 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     _add_db(migrate, "the database (a SQLite file is created if missing)")
     migrate.set_defaults(func=cmd_migrate)
+
+
+def _min_count(text: str) -> int:
+    from ._public import parse_min_count
+
+    try:
+        return parse_min_count(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _db(args: argparse.Namespace, command: str) -> str | None:
@@ -168,7 +201,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             forward = GA4Forwarder(
                 measurement_id=args.forward_ga4, api_secret=secret, endpoint=args.ga4_endpoint or GA4_ENDPOINT
             )
-        server = serve(db, host=args.host, port=args.port, forward=forward, policy=accept, limits=keep)
+        server = serve(
+            db, host=args.host, port=args.port, forward=forward, policy=accept, limits=keep, min_count=args.min_count
+        )
     except CollectorError as exc:
         print(f"collector serve: {exc}", file=sys.stderr)
         return 1
@@ -268,16 +303,23 @@ def _n(count: int, word: str) -> str:
     return f"{count} {plural(count, word)}"
 
 
-def _text(stats: Stats, db: str) -> str:
-    lines = [
-        f"{stats.app}: {_n(stats.developers, 'developer')}, {_n(stats.events, 'event')}, "
-        f"{_n(len(stats.weeks), 'week')} with events ({db})"
-    ]
+def _text(stats: Stats | Published, db: str) -> str:
+    weeks = len(stats.weeks)
+    if stats.developers is None:  # the public numbers, which have no all-time count (rule 7 of _public.py)
+        head = f"{stats.app}: {_n(weeks, 'week')} published, no number under {_n(stats.min_count, 'developer')} ({db})"
+    else:
+        head = (
+            f"{stats.app}: {_n(stats.developers, 'developer')}, {_n(stats.events, 'event')}, "
+            f"{_n(weeks, 'week')} with events ({db})"
+        )
+    lines = [head]
     if not stats.weeks:
         return lines[0]
 
+    empty = "withheld" if stats.developers is None else "-"  # a published week's breakdown is empty if withheld
+
     def fmt(counts: dict[str, int]) -> str:
-        return ", ".join(f"{name}: {n}" for name, n in counts.items()) or "-"
+        return ", ".join(f"{name}: {n}" for name, n in counts.items()) or empty
 
     rows = [("week", "developers", "events", stats.app, "Python", "OS")]
     rows += [
@@ -306,7 +348,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from . import CollectorError, open_store, render_html, stats
+    from . import CollectorError, open_store, publish, render_html, stats
     from ._stats import apps
 
     db = _db(args, "stats")
@@ -315,14 +357,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
     try:
         store = open_store(db, create=False)
         try:
-            result = stats(store, app=args.app)
-            others = {} if result.events else {k: v for k, v in apps(store).items() if k != args.app}
+            full = stats(store, app=args.app)
+            others = {} if full.events else {k: v for k, v in apps(store).items() if k != args.app}
             where = store.display
         finally:
             store.close()
     except CollectorError as exc:
         print(f"collector stats: {exc}", file=sys.stderr)
         return 1
+    result = full if args.min_count is None else publish(full, min_count=args.min_count)
     if args.html is not None:
         try:
             _write_atomic(args.html, render_html(result))
@@ -336,10 +379,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
         if others:
             names = ", ".join(f"{name} ({_n(n, 'event')})" for name, n in others.items())
             print(f"other applications in this database: {names}; choose one with --app")
-        if result.refused:
-            total = sum(sum(r.values()) for r in result.refused.values())
+        if result is full and full.refused:  # the operator's numbers; the public ones have no refusals
+            total = sum(sum(r.values()) for r in full.refused.values())
             print(f"refused: {_n(total, 'event')}")
-            for week, reasons in result.refused.items():
+            for week, reasons in full.refused.items():
                 print(f"  {week}  " + ", ".join(f"{reason}: {n}" for reason, n in reasons.items()))
         if args.html is not None:
             print(f"report written to {args.html}")

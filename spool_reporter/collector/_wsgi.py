@@ -14,6 +14,9 @@ It reads nothing from the request but the method, the path, ``Content-Type``, ``
 ``Content-Encoding`` and the body. Request headers, ``REMOTE_ADDR`` and the proxy headers that carry a
 client address (``X-Forwarded-For``, ``Forwarded``) are never read, stored or logged; the application
 logs nothing per request at all.
+
+``GET /`` and ``GET /v1/stats`` publish the statistics, thresholded to protect small groups
+(:mod:`._public`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import json
 import logging
 import threading
 
+from . import _public
 from ._store import Row, Store, Unavailable
 from ._wire import GA4_MAX_BODY_BYTES, MAX_BODY_BYTES, BadRequest, Parsed, Policy, parse_batch, parse_ga4
 
@@ -185,11 +189,20 @@ class Collector:
     :ivar counters: what it has seen since it started (:class:`Counters`).
     """
 
-    def __init__(self, store: Store, *, forward: Forwarder | None = None, policy: Policy | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        forward: Forwarder | None = None,
+        policy: Policy | None = None,
+        min_count: int = _public.MIN_COUNT,
+    ) -> None:
         self.store = store
         self.forward = forward
         self.policy = policy or Policy()
         self.counters = Counters()
+        self.min_count = _public.check_min_count(min_count)
+        """The threshold of the public numbers at ``GET /`` and ``GET /v1/stats`` (:mod:`._public`)."""
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         try:
@@ -228,6 +241,10 @@ class Collector:
                 if method != "GET":
                     raise _Refusal(405, "use GET", [("Allow", "GET")])
                 return 200, b'{"ok": true}', "application/json", []
+            if path in _public.PATHS:
+                if method != "GET":
+                    raise _Refusal(405, "use GET", [("Allow", "GET")])
+                return _public.answer(path, self.store, min_count=self.min_count)
             raise _Refusal(404, "not found")
         except _Refusal as refusal:
             text = (refusal.reason + "\n").encode("utf-8", "backslashreplace")
