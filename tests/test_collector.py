@@ -337,7 +337,7 @@ def fuzz_app(tmp_path_factory: pytest.TempPathFactory) -> object:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     method=st.sampled_from(["POST", "GET", "PUT", "HEAD", "DELETE", "post"]),
-    path=st.sampled_from(["/v1/batch", "/", "/v1/batch/", "/mp/collect", "/v1/health", "/v1/stats"])
+    path=st.sampled_from(["/v1/batch", "/", "/v1/batch/", "/mp/collect", "/v1/health", "/v1/stats", "/v1/forget"])
     | st.text(max_size=10),
     content_type=st.sampled_from(["application/json", "application/json; charset=utf-8", "text/plain", ""]),
     length=st.none() | st.sampled_from(["", "-1", "abc", "99999999999999999999", "0"]) | st.integers(0, 10**9).map(str),
@@ -354,7 +354,11 @@ def test_fuzz_wsgi_app(
     status, out = _call(fuzz_app, method, path, body, headers)
     code = int(status.split()[0])
     public = code == 200 and method == "GET" and (path or "/") in ("/", "/v1/stats")  # an empty PATH_INFO is "/"
-    ok = public or (code == 200 and path in ("/v1/batch", "/v1/health")) or (code == 204 and path == "/mp/collect")
+    ok = (
+        public
+        or (code == 200 and path in ("/v1/batch", "/v1/health", "/v1/forget"))
+        or (code == 204 and path == "/mp/collect")
+    )
     assert 400 <= code < 500 or ok, (status, out)
 
 
@@ -521,6 +525,7 @@ def test_server_accepts_and_deduplicates(server: CollectorServer, db: Path) -> N
     assert post(server.url, batch([])) == (200, b'{"accepted": 0, "duplicates": 0, "rejected": 0}')
     assert server.app.counters.as_dict() == {
         "requests": 4, "accepted": 503, "duplicates": 750, "rejected": 0, "refused": 0, "forward_dropped": 0,
+        "forgotten": 0,
     }  # fmt: skip
     assert server.app.store.count() == (503, 8)
 

@@ -174,7 +174,7 @@ def test_refuses_a_newer_schema(db_url: str, opened: list[Store]) -> None:
         conn.execute("PRAGMA user_version = 99")
         conn.close()
     for create in (True, False):
-        with pytest.raises(CollectorError, match=r"has schema 99, newer than this collector's 2: upgrade"):
+        with pytest.raises(CollectorError, match=r"has schema 99, newer than this collector's 3: upgrade"):
             open_store(db_url, create=create)
 
 

@@ -187,3 +187,33 @@ def test_serve_default_is_the_public_default() -> None:
     args = parser.parse_args(["collector", "serve", "--db", "x"])
     assert args.min_count == MIN_COUNT
     assert parser.parse_args(["collector", "stats", "--db", "x"]).min_count is None
+
+
+def test_public_numbers_are_recomputed_at_most_once_per_ttl(tmp_path: Path) -> None:
+    """The open weeks are read from the raw events, which costs seconds at scale: a process computes them at
+    most once per ``ttl``, and a request that finds them stale while another recomputes gets the old copy."""
+    from test_collector import POLICY, _call
+
+    app = make_app(tmp_path / "c.sqlite3", policy=POLICY, min_count=1)
+    try:
+
+        def developers() -> list[int]:
+            status, out = _call(app, "GET", "/v1/stats", b"", {})
+            assert status == "200 OK"
+            return [w["developers"] for w in json.loads(out)["weeks"]]
+
+        def add(client: str) -> None:
+            body = batch([event(client=client)])
+            headers = {"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body))}
+            assert _call(app, "POST", "/v1/batch", body, headers)[0] == "200 OK"
+
+        add("a")
+        assert developers() == [1]
+        add("b")
+        assert developers() == [1]  # still the copy: younger than the ttl
+        app.public.ttl = 0.0
+        with app.public._computing:  # another request is recomputing: this one answers with the copy
+            assert developers() == [1]
+        assert developers() == [2]
+    finally:
+        app.store.close()

@@ -1,4 +1,4 @@
-"""``django-spool collector serve|stats|migrate``: the collector's commands.
+"""``django-spool collector serve|stats|migrate|rollup``: the collector's commands.
 
 :func:`register` adds them to the main command line (``spool_reporter/cli.py``); ``python -m
 spool_reporter.collector`` runs them on their own. Exit codes: 0 success, 1 failure (a database that
@@ -40,8 +40,8 @@ def _add_db(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    """Add the ``collector`` command (with ``serve``, ``stats`` and ``migrate``) to ``subparsers``; return its
-    parser.
+    """Add the ``collector`` command (with ``serve``, ``stats``, ``migrate`` and ``rollup``) to ``subparsers``;
+    return its parser.
 
     Each leaf command sets ``func``: a callable taking the parsed arguments and returning the exit code.
     """
@@ -62,9 +62,28 @@ DESCRIPTION: Final = (
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``serve``, ``stats`` and ``migrate`` to ``commands``."""
+    """Add ``serve``, ``stats``, ``migrate`` and ``rollup`` to ``commands``."""
     from ._config import DEFAULT_MAX_AGE_DAYS
-    from ._store import Limits
+    from ._store import Limits, Retention
+
+    def add_max_age(parser: argparse.ArgumentParser, what: str) -> None:
+        parser.add_argument(
+            "--max-age-days",
+            type=float,
+            default=DEFAULT_MAX_AGE_DAYS,
+            metavar="DAYS",
+            help=f"{what} (default: %(default)g)",
+        )
+
+    def add_retain(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--retain-days",
+            type=float,
+            default=Retention().retain_days,
+            metavar="DAYS",
+            help="delete raw events older than this once their week is rolled up; the roll-ups, which hold no "
+            "client id, are kept (default: %(default)g)",
+        )
 
     serve = commands.add_parser(
         "serve",
@@ -78,12 +97,15 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port; 0 picks a free one (default: %(default)s)")
     _add_db(serve, "where to store (created if missing)")
+    add_max_age(serve, "refuse events older than this; at most one day ahead is accepted")
+    add_retain(serve)
     serve.add_argument(
-        "--max-age-days",
+        "--rollup-every",
         type=float,
-        default=DEFAULT_MAX_AGE_DAYS,
-        metavar="DAYS",
-        help="refuse events older than this (default: %(default)g; at most one day ahead is accepted)",
+        default=Retention().rollup_every,
+        metavar="SECONDS",
+        help="start a roll-up in the background at most this often, when a batch arrives (0: only with "
+        "'collector rollup'; default: %(default)g)",
     )
     serve.add_argument(
         "--max-per-client-week",
@@ -152,6 +174,20 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _add_db(migrate, "the database (a SQLite file is created if missing)")
     migrate.set_defaults(func=cmd_migrate)
 
+    rollup = commands.add_parser(
+        "rollup",
+        help="roll closed weeks up and delete raw events past the retention",
+        description="Close the weeks that can take no more events (they ended more than --max-age-days ago), "
+        "store their numbers in the roll-up tables, which hold no client id, and delete the raw events older "
+        "than --retain-days. serve and the WSGI application do the same in the background, at most once per "
+        "--rollup-every; run this from cron instead when that is off. Give it the --max-age-days of the "
+        "collectors. Safe to run at any time, and from several hosts at once: one works, the others say so.",
+    )
+    _add_db(rollup, "the collector's database")
+    add_max_age(rollup, "the collectors' maximum event age: weeks that ended longer ago are closed")
+    add_retain(rollup)
+    rollup.set_defaults(func=cmd_rollup)
+
 
 def _min_count(text: str) -> int:
     from ._public import parse_min_count
@@ -175,7 +211,7 @@ def _db(args: argparse.Namespace, command: str) -> str | None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from . import CollectorError, GA4Forwarder, serve
-    from ._config import limits, policy
+    from ._config import limits, policy, retention
     from ._forward import GA4_ENDPOINT
     from ._server import is_loopback
 
@@ -189,6 +225,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         accept = policy(max_age_days=args.max_age_days, commands=args.commands)
         keep = limits(per_client_week=args.max_per_client_week)
+        retain = retention(retain_days=args.retain_days, rollup_every=args.rollup_every, max_age_days=args.max_age_days)
     except CollectorError as exc:
         print(f"collector serve: {exc}", file=sys.stderr)
         return 2
@@ -202,7 +239,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 measurement_id=args.forward_ga4, api_secret=secret, endpoint=args.ga4_endpoint or GA4_ENDPOINT
             )
         server = serve(
-            db, host=args.host, port=args.port, forward=forward, policy=accept, limits=keep, min_count=args.min_count
+            db,
+            host=args.host,
+            port=args.port,
+            forward=forward,
+            policy=accept,
+            limits=keep,
+            min_count=args.min_count,
+            retention=retain,
         )
     except CollectorError as exc:
         print(f"collector serve: {exc}", file=sys.stderr)
@@ -277,6 +321,44 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         print(f"{where}: created, schema {after}")
     else:
         print(f"{where}: migrated from schema {before} to {after}")
+    return 0
+
+
+def cmd_rollup(args: argparse.Namespace) -> int:
+    import time
+
+    from . import CollectorError, open_store
+    from ._config import policy, retention
+    from ._rollup import rollup
+
+    db = _db(args, "rollup")
+    if db is None:
+        return 2
+    try:
+        accept = policy(max_age_days=args.max_age_days)
+        keep = retention(retain_days=args.retain_days, max_age_days=args.max_age_days)
+    except CollectorError as exc:
+        print(f"collector rollup: {exc}", file=sys.stderr)
+        return 2
+    try:
+        store = open_store(db, create=True)  # the roll-up tables are schema 3: migrate an older database
+        try:
+            done = rollup(store, now=time.time(), max_age=accept.max_age, retention=keep)
+            where = store.display
+        finally:
+            store.close()
+    except CollectorError as exc:
+        print(f"collector rollup: {exc}", file=sys.stderr)
+        return 1
+    if not done.ran:
+        print(f"{where}: another process is rolling up; nothing done here")
+        return 0
+    closed = done.closed_through or "none yet"
+    rolled = f" ({done.rolled[0]} to {done.rolled[-1]})" if done.rolled else ""
+    print(
+        f"{where}: closed through {closed}; {_n(len(done.rolled), 'week')} rolled up{rolled}; "
+        f"{_n(done.deleted, 'event')} older than {args.retain_days:g} days deleted"
+    )
     return 0
 
 
@@ -390,7 +472,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m spool_reporter.collector serve|stats|migrate ...``."""
+    """``python -m spool_reporter.collector serve|stats|migrate|rollup ...``."""
     parser = argparse.ArgumentParser(prog="python -m spool_reporter.collector", description=DESCRIPTION)
     add_commands(parser.add_subparsers(dest="collector_command", metavar="COMMAND", required=True))
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)

@@ -40,8 +40,10 @@ Applied to one ISO week with T distinct developers:
    published), or seen in both of two weeks (T1 + T2 minus the all-time count).
 
 What the rule does not cover: the *differences between two copies* of the document taken at different
-times (a late event from an offline laptop changes a past week by one developer); the roll-ups of
-closed weeks (the retention part of issue 14) will make past weeks stable. Different breakdowns of one week are
+times while a week is still open (a late event from an offline laptop, or a forget request, changes it by
+one developer). A closed week -- older than the maximum event age, rolled up (:mod:`._rollup`) -- never
+changes again, not even by a forget, so only the last few weeks can be compared that way. Different
+breakdowns of one week are
 never combined into a cross table, so they only bound each other (e.g. "at least 90 developers used
 both Django 5.2 and Linux") and never give an exact small count.
 """
@@ -50,11 +52,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+import time
 
-from ._stats import DEFAULT_APP, Week, compute
+from ._stats import DEFAULT_APP, Week, weeks_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Final
 
     from ._stats import Stats
@@ -76,6 +81,9 @@ STATS_PATH: Final = "/v1/stats"
 """``GET /v1/stats``: :func:`publish`'s document as JSON."""
 
 PATHS: Final = (PAGE_PATH, STATS_PATH)
+
+CACHE_SECONDS: Final = 300.0
+"""How old the public numbers may be: a process recomputes them at most this often (:class:`WeeksCache`)."""
 
 BREAKDOWNS: Final = ("by_django", "by_python", "by_os")
 """The breakdowns that count distinct developers, hence the ones the threshold can protect and publish."""
@@ -197,21 +205,70 @@ def publish_week(week: Week, min_count: int) -> Week | None:
 
 def publish(stats: Stats, *, min_count: int = MIN_COUNT) -> Published:
     """The public document of ``stats``: every number counts at least ``min_count`` developers."""
+    return publish_weeks(stats.app, stats.weeks, min_count=min_count)
+
+
+def publish_weeks(app: str, weeks: Sequence[Week], *, min_count: int = MIN_COUNT) -> Published:
+    """:func:`publish` of the weeks alone (all it reads of a :class:`Stats`: not the all-time count, rule 7)."""
     check_min_count(min_count)
-    weeks = [w for w in (publish_week(week, min_count) for week in stats.weeks) if w is not None]
-    return Published(app=stats.app, min_count=min_count, events=sum(w.events for w in weeks), weeks=weeks)
+    shown = [w for w in (publish_week(week, min_count) for week in weeks) if w is not None]
+    return Published(app=app, min_count=min_count, events=sum(w.events for w in shown), weeks=shown)
 
 
 _JSON_CSP: Final = "default-src 'none'; frame-ancestors 'none'"
 
 
-def answer(
-    path: str, store: Store, *, min_count: int, app: str = DEFAULT_APP
-) -> tuple[int, bytes, str, list[tuple[str, str]]]:
+class WeeksCache:
+    """The weeks behind the public numbers, computed at most once per ``ttl`` seconds in this process.
+
+    The rolled-up weeks cost next to nothing to read, but the open ones (the last ``--max-age-days``) are read
+    from the raw events: ~0.6 s on PostgreSQL and ~1.7 s on SQLite per open week of 100,000 developers
+    (``benchmarks/bench_stats.py``). So a request finds the weeks here; when they are older than ``ttl``, one
+    request recomputes them while the others answer with the copy they replace (there is no copy only at
+    the start: then they wait for the first). Published numbers are thus at most ``ttl`` seconds old.
+    """
+
+    def __init__(self, store: Store, *, app: str = DEFAULT_APP, ttl: float = CACHE_SECONDS) -> None:
+        self.store = store
+        self.app = app
+        self.ttl = ttl
+        self._computing = threading.Lock()
+        self._copy: tuple[float, list[Week]] | None = None  # (monotonic time computed, weeks)
+
+    def _fresh(self) -> list[Week] | None:
+        copy = self._copy
+        if copy is not None and time.monotonic() - copy[0] < self.ttl:
+            return copy[1]
+        return None
+
+    def weeks(self) -> list[Week]:
+        fresh = self._fresh()
+        if fresh is not None:
+            return fresh
+        copy = self._copy
+        if copy is not None and not self._computing.acquire(blocking=False):
+            return copy[1]  # another request is recomputing them
+        if copy is None:
+            self._computing.acquire()
+        try:
+            fresh = self._fresh()
+            if fresh is not None:
+                return fresh
+            # The weeks only: the all-time count is not published (rule 7), and it is the one number whose cost
+            # grows with the history behind the open weeks.
+            with self.store.reading() as reader:
+                weeks = weeks_of(reader, self.store, self.app)
+            self._copy = (time.monotonic(), weeks)
+            return weeks
+        finally:
+            self._computing.release()
+
+
+def answer(path: str, weeks: WeeksCache, *, min_count: int) -> tuple[int, bytes, str, list[tuple[str, str]]]:
     """The WSGI answer to ``GET path`` for one of :data:`PATHS`: (status, body, content type, extra headers)."""
     from ._report import CSP_HEADER, render_html  # the page's module imports this one
 
-    doc = publish(compute(store, app=app), min_count=min_count)
+    doc = publish_weeks(weeks.app, weeks.weeks(), min_count=min_count)
     if path == STATS_PATH:
         body = json.dumps(doc.as_dict(), ensure_ascii=True).encode("ascii")
         return (

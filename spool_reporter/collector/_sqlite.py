@@ -37,6 +37,7 @@ import time
 
 from ._store import (
     COLUMNS,
+    LATE,
     OVER_CAP,
     SCHEMA_VERSION,
     CollectorError,
@@ -47,14 +48,17 @@ from ._store import (
     Store,
     Unavailable,
     apply_cap,
+    drop_closed,
     group_new,
     this_week,
 )
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
-    from typing import Final
+    from collections.abc import Callable, Iterator, Sequence
+    from typing import Final, TypeVar
+
+    _T = TypeVar("_T")
 
 BUSY_TIMEOUT_MS: Final = 10_000
 """How long a writer waits for another writer's transaction (ours last milliseconds)."""
@@ -95,6 +99,25 @@ MIGRATIONS: Final = {
         "INSERT OR IGNORE INTO client_weeks (client_id, week, n) "
         "SELECT client_id, week, COUNT(*) FROM events GROUP BY 1, 2",
     ),
+    3: (
+        # Both indexes take a batch's rows at a few places only (its weeks; its clients), so they cost an insert
+        # little (benchmarks/bench_collector.py); the statistics then read the open weeks, not the table.
+        "CREATE INDEX IF NOT EXISTS events_week ON events (week)",
+        "CREATE INDEX IF NOT EXISTS events_client ON events (client_id, app, week)",
+        "CREATE TABLE IF NOT EXISTS rollup_weeks ("
+        " app TEXT NOT NULL, week TEXT NOT NULL, developers INTEGER NOT NULL, events INTEGER NOT NULL,"
+        " new_developers INTEGER NOT NULL, PRIMARY KEY (app, week)"
+        ") WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS rollup_cells ("
+        " app TEXT NOT NULL, week TEXT NOT NULL, breakdown TEXT NOT NULL, value TEXT NOT NULL, n INTEGER NOT NULL,"
+        " PRIMARY KEY (app, week, breakdown, value)"
+        ") WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS rollup_state ("
+        " id INTEGER PRIMARY KEY CHECK (id = 1), closed_through TEXT NOT NULL, rolled_through TEXT NOT NULL,"
+        " lease_until REAL NOT NULL"
+        ")",
+        "INSERT OR IGNORE INTO rollup_state (id, closed_through, rolled_through, lease_until) VALUES (1, '', '', 0)",
+    ),
 }
 """Schema version -> the statements that reach it from the one before (``PRAGMA user_version`` records it)."""
 assert max(MIGRATIONS) == SCHEMA_VERSION
@@ -113,6 +136,10 @@ _ADD_REFUSAL: Final = (
 )
 _CHUNK: Final = 400
 """Variables per ``IN (...)`` query: below SQLite's historical limit of 999."""
+
+LEASE_S: Final = 3600.0
+"""How long a roll-up holds the lease between renewals (one week rolled up renews it): a process killed while
+rolling up blocks the others for at most this long."""
 
 
 def _create_private(path: str) -> None:
@@ -192,6 +219,7 @@ class SQLiteStore(Store):
         self._pending: list[_Job] = []
         self._pool: list[sqlite3.Connection] = []
         self._pid = os.getpid()
+        self._closed = False
         try:
             if create:
                 _create_private(self.path)
@@ -268,6 +296,9 @@ class SQLiteStore(Store):
         return self._connection()
 
     def _forked(self) -> None:
+        if self._closed:  # e.g. a roll-up thread still running when the application shut down
+            msg = f"the collector database {self.path} is closed"
+            raise CollectorError(msg)
         if self._pid != os.getpid():  # forked: the parent's connections are not ours to use
             self._pool, self._writer, self._pid = [], None, os.getpid()
 
@@ -358,6 +389,11 @@ class SQLiteStore(Store):
             query = f"SELECT event_id FROM events WHERE event_id IN ({','.join('?' * len(chunk))})"  # noqa: S608
             known.update(r[0] for r in conn.execute(query, chunk))
         new, groups = group_new(rows, known)
+        # The write transaction excludes close_weeks(): the closed weeks read here stay closed until COMMIT.
+        (closed,) = conn.execute("SELECT closed_through FROM rollup_state").fetchone()
+        new, groups, late = drop_closed(new, groups, closed)
+        if late:
+            refused[LATE] = refused.get(LATE, 0) + late
         used: dict[tuple[str, str], int] = {}
         if cap > 0 and groups:
             clients = list({client for client, _ in groups})
@@ -378,7 +414,113 @@ class SQLiteStore(Store):
         if refused:
             week = this_week(time.time() if job.now is None else job.now)
             conn.executemany(_ADD_REFUSAL, [(week, reason, n) for reason, n in sorted(refused.items()) if n])
-        return Inserted(len(kept), kept if job.want_new else [], limited)
+        return Inserted(len(kept), kept if job.want_new else [], limited + late)
+
+    # -- retention and forget -------------------------------------------------------------------------------
+
+    def _write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """``work(conn)`` in one write transaction on the writing connection (batches wait meanwhile)."""
+        with self._write_lock:
+            try:
+                conn = self._writing_connection()
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        result = work(conn)
+                        conn.execute("COMMIT")
+                    except BaseException:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
+                        raise
+                except BaseException:
+                    self._drop_writer(conn)
+                    raise
+            except sqlite3.OperationalError as exc:
+                if _unavailable(exc):
+                    raise Unavailable(str(exc)) from exc
+                raise
+            return result
+
+    def close_weeks(self, week: str) -> str:
+        def work(conn: sqlite3.Connection) -> str:
+            conn.execute("UPDATE rollup_state SET closed_through = ? WHERE closed_through < ?", (week, week))
+            return str(conn.execute("SELECT closed_through FROM rollup_state").fetchone()[0])
+
+        return self._write(work)
+
+    def save_rollup(
+        self,
+        week: str,
+        totals: Sequence[tuple[str, int, int, int]],
+        cells: Sequence[tuple[str, str, str, int]],
+    ) -> bool:
+        def work(conn: sqlite3.Connection) -> bool:
+            closed, rolled = conn.execute("SELECT closed_through, rolled_through FROM rollup_state").fetchone()
+            if week <= rolled or week > closed:
+                return False
+            conn.executemany(
+                "INSERT OR IGNORE INTO rollup_weeks (app, week, developers, events, new_developers) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(app, week, devs, n, first) for app, devs, n, first in totals],
+            )
+            conn.executemany(
+                "INSERT OR IGNORE INTO rollup_cells (app, week, breakdown, value, n) VALUES (?, ?, ?, ?, ?)",
+                [(app, week, name, value, n) for app, name, value, n in cells],
+            )
+            conn.execute("UPDATE rollup_state SET rolled_through = ?", (week,))
+            conn.execute("DELETE FROM client_weeks WHERE week <= ?", (week,))
+            return True
+
+        return self._write(work)
+
+    def mark_rolled(self, week: str) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE rollup_state SET rolled_through = ? WHERE rolled_through < ? AND closed_through >= ?",
+                (week, week, week),
+            )
+            conn.execute("DELETE FROM client_weeks WHERE week <= (SELECT rolled_through FROM rollup_state)")
+
+        self._write(work)
+
+    def delete_expired(self, *, through_week: str, before: str, limit: int) -> int:
+        def work(conn: sqlite3.Connection) -> int:
+            # Only weeks rolled up already: the condition is checked in the deleting transaction itself.
+            cur = conn.execute(
+                "DELETE FROM events WHERE rowid IN (SELECT rowid FROM events WHERE week <= ? AND time < ? "
+                "AND week <= (SELECT rolled_through FROM rollup_state) LIMIT ?)",
+                (through_week, before, limit),
+            )
+            return int(cur.rowcount)
+
+        return self._write(work)
+
+    def forget(self, client_id: str) -> int:
+        def work(conn: sqlite3.Connection) -> int:
+            deleted = conn.execute("DELETE FROM events WHERE client_id = ?", (client_id,)).rowcount
+            conn.execute("DELETE FROM client_weeks WHERE client_id = ?", (client_id,))
+            return int(deleted)
+
+        return self._write(work)
+
+    @contextlib.contextmanager
+    def _lease(self) -> Iterator[bool]:
+        # Across processes on one file: a lease in the database, which a killed holder gives up by expiring.
+        def take(conn: sqlite3.Connection) -> bool:
+            now = time.time()
+            cur = conn.execute("UPDATE rollup_state SET lease_until = ? WHERE lease_until < ?", (now + LEASE_S, now))
+            return bool(cur.rowcount)
+
+        held = self._write(take)
+        try:
+            yield held
+        finally:
+            if held:
+                with contextlib.suppress(CollectorError, sqlite3.Error):
+                    self._write(lambda conn: conn.execute("UPDATE rollup_state SET lease_until = 0"))
+
+    def rollup_lock(self) -> contextlib.AbstractContextManager[bool]:
+        return self._lease()
 
     # -- reading --------------------------------------------------------------------------------------------
 
@@ -405,5 +547,6 @@ class SQLiteStore(Store):
                 pool.append(self._writer)
                 self._writer = None
             self._pid = -1  # connections returned later are closed, not pooled
+            self._closed = True  # and none is opened any more
         for conn in pool:
             conn.close()

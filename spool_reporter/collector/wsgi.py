@@ -7,7 +7,7 @@
 
 ``SPOOL_REPORTER_COLLECTOR_DB`` (required) is the SQLite file or the ``postgresql://`` URL; the other
 settings are in :mod:`spool_reporter.collector._config` (maximum event age, per-client weekly cap, the
-applications and their commands). Forwarding to GA4 is on when both ``SPOOL_REPORTER_GA4_MEASUREMENT_ID``
+applications and their commands, the retention). Forwarding to GA4 is on when both ``SPOOL_REPORTER_GA4_MEASUREMENT_ID``
 and ``SPOOL_REPORTER_GA4_API_SECRET`` are set. ``SPOOL_REPORTER_COLLECTOR_MIN_COUNT`` (default 10) is the
 fewest developers a public number may count. The schema is created or migrated when the application is
 first built (each gunicorn worker does it; a lock makes it happen once).
@@ -35,7 +35,12 @@ def from_environ(environ: dict[str, str] | None = None) -> Collector:
     measurement_id, secret = env.get(MEASUREMENT_ID_VARIABLE, ""), env.get(API_SECRET_VARIABLE, "")
     forward = GA4Forwarder(measurement_id=measurement_id, api_secret=secret) if measurement_id and secret else None
     return make_app(
-        settings.db, forward=forward, policy=settings.policy, limits=settings.limits, min_count=settings.min_count
+        settings.db,
+        forward=forward,
+        policy=settings.policy,
+        limits=settings.limits,
+        min_count=settings.min_count,
+        retention=settings.retention,
     )
 
 
