@@ -44,6 +44,7 @@ from ._store import (
     Store,
     Unavailable,
     apply_cap,
+    client_apps,
     group_new,
     redact,
     this_week,
@@ -100,7 +101,12 @@ MIGRATIONS: Final = {
         'ALTER TABLE events ALTER COLUMN week TYPE text COLLATE "C"',
         'ALTER TABLE client_weeks ALTER COLUMN week TYPE text COLLATE "C"',
         "CREATE INDEX IF NOT EXISTS events_week ON events (week)",
-        "CREATE INDEX IF NOT EXISTS events_client ON events (client_id, app, week)",
+        "CREATE TABLE IF NOT EXISTS client_apps ("
+        ' client_id uuid NOT NULL, app text NOT NULL, first_week text COLLATE "C" NOT NULL,'
+        ' last_week text COLLATE "C" NOT NULL, PRIMARY KEY (client_id, app))',
+        "CREATE INDEX IF NOT EXISTS client_apps_first ON client_apps (app, first_week)",
+        "INSERT INTO client_apps (client_id, app, first_week, last_week) "
+        "SELECT client_id, app, MIN(week), MAX(week) FROM events GROUP BY 1, 2 ON CONFLICT DO NOTHING",
         "CREATE TABLE IF NOT EXISTS rollup_weeks ("
         ' app text NOT NULL, week text COLLATE "C" NOT NULL, developers bigint NOT NULL, events bigint NOT NULL,'
         " new_developers bigint NOT NULL, PRIMARY KEY (app, week))",
@@ -139,6 +145,14 @@ _ADD_CLIENT_WEEKS: Final = (
     "UPDATE client_weeks AS c SET n = c.n + u.n::integer "
     "FROM unnest(string_to_array(%s, ','), string_to_array(%s, ','), string_to_array(%s, ',')) AS u(c, w, n) "
     "WHERE c.client_id = u.c::uuid AND c.week = u.w"
+)
+_ADD_CLIENT_APPS: Final = (
+    "INSERT INTO client_apps (client_id, app, first_week, last_week) SELECT c::uuid, a, f, l "
+    "FROM unnest(string_to_array(%s, ','), string_to_array(%s, ','), string_to_array(%s, ','), "
+    "string_to_array(%s, ',')) AS u(c, a, f, l) "
+    "ON CONFLICT (client_id, app) DO UPDATE SET first_week = LEAST(client_apps.first_week, excluded.first_week), "
+    "last_week = GREATEST(client_apps.last_week, excluded.last_week) "
+    "WHERE excluded.first_week < client_apps.first_week OR excluded.last_week > client_apps.last_week"
 )
 _ADD_REFUSAL: Final = (
     "INSERT INTO refusals (week, reason, n) VALUES (%s, %s, %s) "
@@ -336,6 +350,8 @@ class PostgresStore(Store):
                     items = sorted(taken.items())
                     columns = (",".join(k[0] for k, _ in items), ",".join(k[1] for k, _ in items))
                     cur.execute(_ADD_CLIENT_WEEKS, (*columns, ",".join(str(n) for _, n in items)))
+                    spans = client_apps(kept)  # in key order: two batches lock shared rows in one order
+                    cur.execute(_ADD_CLIENT_APPS, tuple(",".join(span[i] for span in spans) for i in range(4)))
             if limited:
                 refused[OVER_CAP] = refused.get(OVER_CAP, 0) + limited
             if late:
@@ -383,7 +399,6 @@ class PostgresStore(Store):
                 [(app, week, name, value, n) for app, name, value, n in cells],
             )
             cur.execute("UPDATE rollup_state SET rolled_through = %s", (week,))
-            cur.execute("DELETE FROM client_weeks WHERE week <= %s", (week,))
             return True
 
         return self._transaction(work)
@@ -394,7 +409,6 @@ class PostgresStore(Store):
                 "UPDATE rollup_state SET rolled_through = %s WHERE rolled_through < %s AND closed_through >= %s",
                 (week, week, week),
             )
-            cur.execute("DELETE FROM client_weeks WHERE week <= (SELECT rolled_through FROM rollup_state)")
 
         self._transaction(work)
 
@@ -409,10 +423,29 @@ class PostgresStore(Store):
 
         return self._transaction(work)
 
+    def expire_ids(self, before_week: str) -> None:
+        def work(cur: psycopg.Cursor[Any]) -> None:
+            rolled = "(SELECT rolled_through FROM rollup_state)"
+            cur.execute(f"DELETE FROM client_weeks WHERE week < %s AND week <= {rolled}", (before_week,))  # noqa: S608
+            cur.execute(f"DELETE FROM client_apps WHERE last_week < %s AND last_week <= {rolled}", (before_week,))  # noqa: S608
+
+        self._transaction(work)
+
     def forget(self, client_id: str) -> int:
         def work(cur: psycopg.Cursor[Any]) -> int:
-            deleted = cur.execute("DELETE FROM events WHERE client_id = %s::uuid", (client_id,)).rowcount
+            # The client's weeks (client_weeks), locked, then its events week by week through the index on week.
+            weeks = [
+                str(w)
+                for (w,) in cur.execute(
+                    "SELECT week FROM client_weeks WHERE client_id = %s::uuid FOR UPDATE", (client_id,)
+                )
+            ]
+            deleted = cur.execute(
+                "DELETE FROM events WHERE week = ANY(string_to_array(%s, ',')) AND client_id = %s::uuid",
+                (",".join(weeks), client_id),
+            ).rowcount
             cur.execute("DELETE FROM client_weeks WHERE client_id = %s::uuid", (client_id,))
+            cur.execute("DELETE FROM client_apps WHERE client_id = %s::uuid", (client_id,))
             return int(deleted)
 
         return self._transaction(work)

@@ -11,8 +11,8 @@ and counted): the numbers of a closed week are final.
 **What a roll-up holds** -- exactly what the statistics report and the threshold of :mod:`._public` needs,
 per application and ISO week, and no client id:
 
-- ``rollup_weeks``: distinct developers, events, and the developers seen that week for the first time (the
-  operator's all-time count is their sum, plus the open weeks' developers not seen in a closed week);
+- ``rollup_weeks``: distinct developers, events, and the developers seen that week for the first time (from
+  ``client_apps``; the operator's all-time count is their sum, plus the open weeks' new developers);
 - ``rollup_cells``: for each breakdown of :data:`~._store.BREAKDOWNS` and each value, the distinct developers
   with that value; for ``by_event``, the events per command.
 
@@ -20,8 +20,9 @@ The threshold needs nothing else: a week's *excess* (the extra memberships of de
 values, rule 4 of :mod:`._public`) is the sum of its cells minus its developers, and merging only adds cells.
 
 **Retention.** Raw events older than the retention (``--retain-days``, 400 by default) are deleted once their
-week is rolled up, in short transactions (:data:`DELETE_CHUNK` rows each). ``client_weeks`` rows (a client
-id per week, for the weekly cap) go as soon as a week is rolled up: the cap has nothing left to count there.
+week is rolled up, in short transactions (:data:`DELETE_CHUNK` rows each), and with them the client ids kept
+beside the events: the ``client_weeks`` rows of the weeks wholly before the cutoff, and the ``client_apps``
+rows of the developers last seen before it (one who comes back later is counted as new again).
 
 **Who runs it.** :func:`rollup` is idempotent and safe from several processes: one holds the store's roll-up
 lock (a PostgreSQL advisory lock, a lease in the SQLite file) and the others skip. It runs from
@@ -92,12 +93,9 @@ def _aggregate(reader: Reader, week: str) -> tuple[list[tuple[str, int, int, int
     first = {
         str(app): int(n)  # type: ignore[call-overload]
         for app, n in reader.query(
-            # A developer is new this week if no earlier week of the same application has an event of theirs
-            # (the index on (client_id, app, week) answers each probe).
-            "SELECT d.app, COUNT(*) FROM (SELECT DISTINCT app, client_id FROM events WHERE week = ?) AS d "
-            "WHERE NOT EXISTS (SELECT 1 FROM events AS p WHERE p.client_id = d.client_id AND p.app = d.app "
-            "AND p.week < ?) GROUP BY d.app",
-            (week, week),
+            # client_apps keeps each developer's first week of each application: final once that week closed.
+            "SELECT app, COUNT(*) FROM client_apps WHERE first_week = ? GROUP BY app",
+            (week,),
         )
     }
     totals = [
@@ -155,5 +153,5 @@ def rollup(store: Store, *, now: float, max_age: float = MAX_AGE_SECONDS, retent
                 deleted += n
                 if n < DELETE_CHUNK:
                     break
+            store.expire_ids(this_week(cutoff))  # the weeks entirely before the cutoff have no event left
         return Done(True, closed, tuple(rolled), deleted)
-

@@ -10,8 +10,8 @@ tables, the later ones from the raw events (through the index on ``week``), all 
 cost grows with the weeks it shows and the events of the open weeks, not with every event ever stored.
 ``rollups=False`` reads everything from the raw events still kept (the same numbers as long as none was
 deleted: the tests hold the two equal). The all-time :attr:`Stats.developers` is the sum of the developers
-seen for the first time in each rolled-up week, plus those of the later weeks with no event in a rolled-up
-week still kept: a developer who comes back after more than the retention is counted again.
+seen for the first time in each rolled-up week, plus those first seen later (``client_apps``): a developer
+who comes back after more than the retention is counted again.
 """
 
 from __future__ import annotations
@@ -132,21 +132,17 @@ def _rolled_weeks(reader: Reader, app: str, through: str) -> tuple[list[tuple[st
     return weekly, parts
 
 
-def _developers(reader: Reader, app: str, through: str) -> int:
-    """Distinct developers over all weeks: those first seen in a rolled-up week, plus those of the later weeks
-    without an event in a rolled-up week still kept (so one who comes back after the retention counts again)."""
-    if not through:
+def _developers(reader: Reader, app: str, through: str | None) -> int:
+    """Distinct developers over all weeks: from the raw events (``through`` is ``None``), or from ``client_apps``
+    and the roll-ups: those first seen in a week rolled up (up to ``through``), plus those first seen later.
+    One who comes back after more than the retention counts again (their ``client_apps`` row expired)."""
+    if through is None:
         ((n,),) = reader.query("SELECT COUNT(DISTINCT client_id) FROM events WHERE app = ?", (app,))
         return _int(n)
     ((first,),) = reader.query(
         "SELECT COALESCE(SUM(new_developers), 0) FROM rollup_weeks WHERE app = ? AND week <= ?", (app, through)
     )
-    ((later,),) = reader.query(
-        "SELECT COUNT(*) FROM (SELECT DISTINCT client_id FROM events WHERE app = ? AND week > ?) AS d "
-        "WHERE NOT EXISTS (SELECT 1 FROM events AS p WHERE p.client_id = d.client_id AND p.app = ? "
-        "AND p.week <= ?)",
-        (app, through, app, through),
-    )
+    ((later,),) = reader.query("SELECT COUNT(*) FROM client_apps WHERE app = ? AND first_week > ?", (app, through))
     return _int(first) + _int(later)
 
 
@@ -193,7 +189,7 @@ def compute(db: str | os.PathLike[str] | Store, *, app: str = DEFAULT_APP, rollu
     try:
         with store.reading() as reader:  # one snapshot for every query below
             weeks = weeks_of(reader, store, app, rollups=rollups)
-            through = store.rollup_state(reader).rolled_through if rollups else ""
+            through = store.rollup_state(reader).rolled_through if rollups and store.schema_version() >= 3 else None
             developers = _developers(reader, app, through)
         refused = store.refusals()
     finally:

@@ -11,10 +11,12 @@ a proxy's access log, would point back to an address).
 **The tables** (schema version :data:`SCHEMA_VERSION`, created and migrated by the collector itself):
 
 - ``events``: one row per event id (the primary key: a re-delivery to any collector process counts once),
-  indexed by ``week`` (the statistics read the open weeks only) and by ``(client_id, app, week)`` (forget,
-  and the developers seen for the first time);
+  indexed by ``week`` (the statistics read the open weeks only, a forget searches a client's weeks);
 - ``client_weeks``: events stored per (client id, week), which enforces :attr:`Limits.per_client_week`
-  (counted, never silently dropped) inside the same transaction as the insert;
+  (counted, never silently dropped) inside the same transaction as the insert, and tells a forget which
+  weeks to search;
+- ``client_apps``: per (client id, application) the first and the last week with an event: the developers
+  seen for the first time in a week, and the all-time count, without searching the events;
 - ``refusals``: events refused per (week they were received in, reason from
   :data:`spool_reporter._event.REASONS`, or ``over_cap``), and refused forget requests (``forget``): what
   the operator watches, with no client id;
@@ -283,9 +285,8 @@ class Store:
         cells: Sequence[tuple[str, str, str, int]],
     ) -> bool:
         """Store the numbers of the closed ``week`` -- ``totals``: (app, developers, events, new developers);
-        ``cells``: (app, breakdown, value, count) -- mark it rolled up and delete its ``client_weeks`` rows (the
-        cap has nothing left to count there), in one transaction. ``False`` (and nothing written) if it was
-        rolled up already, e.g. by another process."""
+        ``cells``: (app, breakdown, value, count) -- and mark it rolled up, in one transaction. ``False`` (and
+        nothing written) if it was rolled up already, e.g. by another process."""
         raise NotImplementedError
 
     def mark_rolled(self, week: str) -> None:
@@ -297,9 +298,14 @@ class Store:
         before ``before`` (an event ``time``); return how many (a short transaction each call)."""
         raise NotImplementedError
 
+    def expire_ids(self, before_week: str) -> None:
+        """Delete the ``client_weeks`` rows of rolled-up weeks before ``before_week``, and the ``client_apps``
+        rows whose last week is one of them: the retention of client ids, once their events are gone."""
+        raise NotImplementedError
+
     def forget(self, client_id: str) -> int:
-        """Delete every event and ``client_weeks`` row of ``client_id``; return how many events. The roll-ups
-        hold no client id and are not touched."""
+        """Delete every event, ``client_weeks`` and ``client_apps`` row of ``client_id``; return how many events.
+        The roll-ups hold no client id and are not touched."""
         raise NotImplementedError
 
     def rollup_lock(self) -> contextlib.AbstractContextManager[bool]:
@@ -375,3 +381,18 @@ def drop_closed(
         return new, groups, 0
     kept = [row for row in new if row[11] > closed_through]
     return kept, {key: n for key, n in groups.items() if key[1] > closed_through}, len(new) - len(kept)
+
+
+def client_apps(rows: Sequence[Row]) -> list[tuple[str, str, str, str]]:
+    """(client id, app, first week, last week) of ``rows``, one per client and application, in key order."""
+    span: dict[tuple[str, str], list[str]] = {}
+    for row in rows:
+        key, week = (row[9], row[2]), row[11]
+        seen = span.get(key)
+        if seen is None:
+            span[key] = [week, week]
+        elif week < seen[0]:
+            seen[0] = week
+        elif week > seen[1]:
+            seen[1] = week
+    return [(client, app, first, last) for (client, app), (first, last) in sorted(span.items())]
