@@ -16,8 +16,9 @@ nox.options.error_on_missing_interpreters = False  # a user's machine has the Py
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 REPO = Path(__file__).resolve().parent
-TEST_DEPS = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "trustme>=1.1", "click>=8.1"]
-"""click: the optional Click group (``spool_reporter.click_group``) is tested; it is never a runtime dependency."""
+TEST_DEPS = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "trustme>=1.1", "click>=8.1", "pillow>=10"]
+"""click: the optional Click group (``spool_reporter.click_group``) is tested; it is never a runtime dependency.
+pillow reads the public page's screenshots in tests/test_public_browser.py."""
 
 
 DJANGO_MATRIX = [

@@ -1,5 +1,4 @@
-"""Collector ingest throughput on loopback, SQLite and PostgreSQL, embedded server and gunicorn, side by side;
-and the statistics query over a growing history.
+"""Collector ingest throughput on loopback, SQLite and PostgreSQL, embedded server and gunicorn, side by side.
 
 **Ingest.** Four collectors run at once, each in its own processes: the embedded server
 (``python -m spool_reporter.collector serve``) and ``gunicorn spool_reporter.collector.wsgi:application``
@@ -19,11 +18,9 @@ neighbour, but not every round. Peak RSS budget: 64 MiB per process.
 **In process.** The WSGI application called directly from one thread on each back end (no HTTP, no
 client processes): the ceiling the servers work under. Printed and published, not asserted.
 
-**Statistics.** ``collector stats`` (the query the public page will use) over 10,000, 40,000 and 160,000
-stored events, on each back end: the baseline that roll-ups (the public-numbers issue) will beat. Printed
-and published, not asserted.
+**Statistics** over a growing history, raw and rolled up: ``benchmarks/bench_stats.py``.
 
-    python benchmarks/bench_collector.py [--clients 4] [--batches 20] [--rounds 3] [--no-stats]
+    python benchmarks/bench_collector.py [--clients 4] [--batches 20] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -57,7 +54,6 @@ CLIENT_IDS_PER_BATCH = 25
 """A real flusher's batch carries one client id; 25 per batch makes the per-client cap's work visible."""
 DEADLINE_S = 240.0
 """The whole benchmark gives up after this long."""
-HISTORY = (10_000, 40_000, 160_000)
 """Stored events at which the statistics query is timed."""
 
 REPO = Path(__file__).resolve().parent.parent
@@ -274,44 +270,6 @@ def _in_process(backend: str, db: str, batches: int) -> dict[str, object]:
     return {"collector": f"{backend} WSGI in-process", "rate": round(batches * BATCH / seconds)}
 
 
-def _history(backend: str, db: str) -> list[dict[str, object]]:
-    """Time ``stats()`` (median of 3) as the stored history grows through :data:`HISTORY`."""
-    from spool_reporter.collector import open_store, stats
-    from spool_reporter.collector._store import Limits, iso_week
-
-    store = open_store(db, limits=Limits(per_client_week=0))
-    out: list[dict[str, object]] = []
-    stored = 0
-    start = time.time() - 52 * 7 * 86400
-    try:
-        for target in HISTORY:
-            t0 = time.perf_counter()
-            while stored < target:
-                rows = []
-                for e in _events(f"h{backend}", stored // BATCH, 0.0):
-                    k = len(rows) + stored
-                    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start + k * 52 * 7 * 86400 / HISTORY[-1]))
-                    row = (*(str(e[f]) for f in ("event_id", "event", "app", "app_version", "python",
-                                                  "python_version", "os", "os_release", "arch", "client_id")),
-                           when, str(iso_week(when)))  # fmt: skip
-                    rows.append(row)
-                store.insert(rows)  # type: ignore[arg-type]
-                stored += len(rows)
-            fill = time.perf_counter() - t0
-            times = []
-            for _ in range(3):
-                t0 = time.perf_counter()
-                result = stats(store)
-                times.append(time.perf_counter() - t0)
-            out.append(
-                {"backend": backend, "events": stored, "weeks": len(result.weeks),
-                 "stats_ms": round(statistics.median(times) * 1000, 1), "fill_s": round(fill, 1)}
-            )  # fmt: skip
-    finally:
-        store.close()
-    return out
-
-
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
         client(sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))
@@ -320,7 +278,6 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=4, help="concurrent client processes (default: 4)")
     parser.add_argument("--batches", type=int, default=20, help="500-event batches per client per turn")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--no-stats", action="store_true", help="skip the statistics-over-history figures")
     args = parser.parse_args()
     deadline = time.monotonic() + DEADLINE_S
 
@@ -348,7 +305,6 @@ def main() -> int:
         raise SystemExit(f"bench_collector: PostgreSQL cannot be had here: {exc}") from exc
 
     collectors: list[Collector] = []
-    history: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="bench-collector-") as tmp:
         try:
             for backend in ("sqlite", "postgresql"):
@@ -373,10 +329,6 @@ def main() -> int:
             _in_process("sqlite", str(Path(tmp) / "in-process.sqlite3"), args.batches * 2),
             _in_process("postgresql", server.url("inprocess"), args.batches * 2),
         ]
-        if not args.no_stats:
-            history = _history("sqlite", str(Path(tmp) / "history.sqlite3")) + _history(
-                "postgresql", server.url("history")
-            )
 
     print(
         f"collector ingest, {args.clients} client processes x {args.batches} batches x {BATCH} events per turn, "
@@ -396,11 +348,6 @@ def main() -> int:
         )
     for row in in_process:
         print(f"  {row['collector']:<22} {row['rate']:>7,}/s (one thread, no HTTP; not asserted)")
-    for h in history:
-        print(
-            f"  stats() over {h['events']:>7,} events ({h['weeks']} weeks), {h['backend']:<10}: {h['stats_ms']} ms "
-            f"(filled in {h['fill_s']} s)"
-        )
     budgets: list[dict[str, object]] = []
     for backend in ("sqlite", "postgresql"):
         mine = [row for row in rows if str(row["collector"]).startswith(backend)]
@@ -423,13 +370,8 @@ def main() -> int:
                 {"what": f"{row['collector']} peak RSS", "measured": f"{mib} MiB", "budget": f"<= {BUDGET_RSS_MIB} MiB",
                  "ok": float(mib) <= BUDGET_RSS_MIB}  # type: ignore[arg-type]
             )  # fmt: skip
-    for h in history:
-        budgets.append(
-            {"what": f"stats over {h['events']:,} events ({h['backend']})", "measured": f"{h['stats_ms']} ms",
-             "budget": "baseline for the roll-ups (not asserted)", "ok": True, "asserted": False}
-        )  # fmt: skip
     command = "python benchmarks/bench_collector.py " + " ".join(sys.argv[1:])
-    figures = {"ingest": rows, "in_process": in_process, "stats_over_history": history}
+    figures = {"ingest": rows, "in_process": in_process}
     ok = publish("collector", command.strip(), figures, budgets)
     return 0 if ok else 1
 

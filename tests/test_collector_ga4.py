@@ -356,6 +356,7 @@ def test_wsgi_rules(tmp_path: Path) -> None:
     assert _call(app, "POST", GA4_PATH, body, json_headers) == ("204 No Content", b"")  # stored once
     assert app.counters.as_dict() == {  # type: ignore[attr-defined]
         "requests": 2, "accepted": 1, "duplicates": 1, "rejected": 0, "refused": 0, "forward_dropped": 0,
+        "forgotten": 0,
     }  # fmt: skip
     status, out = _call(app, "GET", GA4_PATH, b"", {})
     assert (status, out) == ("405 Method Not Allowed", b"use POST\n")
@@ -419,6 +420,7 @@ def test_server_stores_ga4_payloads_once(server: CollectorServer) -> None:
         assert post(server.ga4_url + QUERY, body)[0] == 204
     assert server.app.counters.as_dict() == {
         "requests": 2 * len(sent), "accepted": 90, "duplicates": 90, "rejected": 0, "refused": 0, "forward_dropped": 0,
+        "forgotten": 0,
     }  # fmt: skip
     assert server.app.store.count() == (90, 4)
     # The /v1/batch answer is unchanged by the second path.

@@ -201,7 +201,7 @@ def test_cli_stats(tmp_path: Path, sandbox: object) -> None:
     assert set(doc["weeks"][0]) == {"week", "developers", "events", "by_django", "by_python", "by_os", "by_event"}
     page = report.read_text(encoding="utf-8")
     ET.fromstring(page)
-    assert "4</strong>developers in all" in page
+    assert "4</strong> developers in all" in page
     text = _cli(env, "stats", "--db", str(db))
     assert text.returncode == 0
     lines = text.stdout.splitlines()

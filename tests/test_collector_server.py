@@ -173,5 +173,5 @@ def test_one_of_each_is_singular(tmp_path: Path, capsys: pytest.CaptureFixture[s
     first = capsys.readouterr().out.splitlines()[0]
     assert first == f"Django: 1 developer, 1 event, 1 week with events ({db})"
     page = render_html(stats(db))
-    assert "</strong>developer in all" in page
-    assert "</strong>week with events" in page
+    assert "</strong> developer in all" in page
+    assert "</strong> week with events" in page

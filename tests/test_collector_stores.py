@@ -174,7 +174,7 @@ def test_refuses_a_newer_schema(db_url: str, opened: list[Store]) -> None:
         conn.execute("PRAGMA user_version = 99")
         conn.close()
     for create in (True, False):
-        with pytest.raises(CollectorError, match=r"has schema 99, newer than this collector's 2: upgrade"):
+        with pytest.raises(CollectorError, match=r"has schema 99, newer than this collector's 3: upgrade"):
             open_store(db_url, create=create)
 
 
@@ -195,6 +195,45 @@ def test_the_wsgi_app_runs_on_both(db_url: str) -> None:
         assert app.store.refusals() == {"2027-W01": {"command": 1}}
     finally:
         app.store.close()
+
+
+def test_the_public_routes_run_on_both(db_url: str, tmp_path: Path) -> None:
+    """``GET /v1/stats`` and ``GET /`` answer the same thresholded numbers from either back end."""
+    import json
+
+    from test_collector import _call
+
+    from spool_reporter.collector import publish
+
+    # Three weeks: 45 developers (Linux 30, macOS 12, FreeBSD 3; Django 5.2 25, 4.2 18, 3.2 2), then 6, then 45.
+    events = []
+    for w, when in enumerate(("2026-12-01T10:00:00Z", "2026-12-08T10:00:00Z", "2026-12-15T10:00:00Z")):
+        for i in range(6 if w == 1 else 45):
+            os_name = "Linux" if i < 30 else "macOS" if i < 42 else "FreeBSD"
+            version = "5.2" if i < 25 else "4.2" if i < 43 else "3.2"
+            events.append(event(client=("dev", w, i), when=when, app_version=version, os_name=os_name))
+    body = batch(events)
+    answers = {}
+    for name, db in (("reference", str(tmp_path / "reference.sqlite3")), ("tested", db_url)):
+        app = make_app(db, policy=POLICY)
+        try:
+            headers = {"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body))}
+            assert _call(app, "POST", "/v1/batch", body, headers)[0] == "200 OK"
+            status, out = _call(app, "GET", "/v1/stats", b"", {})
+            assert status == "200 OK"
+            assert json.loads(out) == json.loads(json.dumps(publish(stats(app.store)).as_dict()))
+            page_status, page = _call(app, "GET", "/", b"", {})
+            assert page_status == "200 OK"
+            assert b"<h1>Django developers per week</h1>" in page
+            assert b"FreeBSD" not in page
+            answers[name] = json.loads(out)
+        finally:
+            app.store.close()
+    assert answers["tested"] == answers["reference"]
+    doc = answers["tested"]
+    assert [w["week"] for w in doc["weeks"]] == ["2026-W49", "2026-W51"]  # the week of 6 is not published
+    for week in doc["weeks"]:
+        assert (week["by_os"], week["by_django"]) == ({"Linux": 30, "other": 15}, {"5.2": 25, "other": 20})
 
 
 @pytest.mark.parametrize(

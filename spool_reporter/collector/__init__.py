@@ -3,13 +3,15 @@ GA4-shaped payloads), judges each event on its own, and stores no IP address.
 
 Public API (everything else in this package is private)::
 
-    make_app(db, *, forward=None, policy=None, limits=None) -> Collector     # the WSGI application
+    make_app(db, *, forward=None, policy=None, limits=None, min_count=10, retention=None) -> Collector  # WSGI
     serve(db, *, host="127.0.0.1", port=0, ...) -> CollectorServer           # embedded server, bound
-    stats(db, *, app="Django") -> Stats                 # distinct developers per ISO week
-    render_html(stats) -> str                           # the self-contained HTML report
+    stats(db, *, app="Django") -> Stats                 # distinct developers per ISO week (all of them)
+    publish(stats, *, min_count=10) -> Published        # the same with small groups merged or withheld
+    render_html(stats_or_published) -> str              # the self-contained page (GET / serves it)
     open_store(db, *, create=True, limits=None) -> Store  # the database: a SQLite path or a postgresql:// URL
     Policy(commands=..., max_age=...)                   # what is accepted (applications, commands, time window)
     Limits(per_client_week=1000)                        # what is kept
+    Retention(retain_days=400, rollup_every=3600)       # how long raw events are kept; how often to roll up
     GA4Forwarder(measurement_id=..., api_secret=...)    # optional server-side forwarding to GA4
 
 ``db`` is a SQLite file path (the default for a laptop and the demo; created ``0600``) or a PostgreSQL URL
@@ -26,7 +28,10 @@ event is judged on its own; a well-formed batch is answered ``200 {"accepted": n
 "rejected": r}`` once it is durable. ``400`` with a short reason for a body that is not a batch; ``413``
 for a body over the cap; ``411`` without a length; ``415`` for another content type or a content encoding;
 ``503`` with ``Retry-After`` when the database is busy or unreachable. ``GET /v1/health`` answers
-``{"ok": true}``.
+``{"ok": true}``. ``GET /`` is the public page and ``GET /v1/stats`` its JSON
+(``publish(stats(db), min_count=...).as_dict()``): no published number counts fewer than ``min_count``
+developers. ``POST /v1/forget`` with ``{"client_id": "<uuid4>"}`` deletes that id's stored events and
+answers ``{"deleted": n}``.
 
 ``POST /mp/collect`` (:data:`GA4_PATH`) takes exactly what the ``ga4`` transport sends, so a client
 configured with ``transport=ga4`` can use this collector instead of Google: the query string
@@ -39,13 +44,15 @@ from __future__ import annotations
 import os
 
 from ._forward import GA4Forwarder
+from ._public import MIN_COUNT, Published, check_min_count, publish
 from ._report import render_html
+from ._rollup import check_retention
 from ._server import CollectorServer
 from ._stats import Stats, Week
 from ._stats import compute as stats
-from ._store import CollectorError, Limits, Store, Unavailable, open_store
+from ._store import CollectorError, Limits, Retention, Store, Unavailable, open_store
 from ._wire import MAX_BODY_BYTES, MAX_EVENTS, Policy
-from ._wsgi import BATCH_PATH, GA4_PATH, Collector, Counters
+from ._wsgi import BATCH_PATH, FORGET_PATH, GA4_PATH, Collector, Counters
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,9 +60,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BATCH_PATH",
+    "FORGET_PATH",
     "GA4_PATH",
     "MAX_BODY_BYTES",
     "MAX_EVENTS",
+    "MIN_COUNT",
     "Collector",
     "CollectorError",
     "CollectorServer",
@@ -63,12 +72,15 @@ __all__ = [
     "GA4Forwarder",
     "Limits",
     "Policy",
+    "Published",
+    "Retention",
     "Stats",
     "Store",
     "Unavailable",
     "Week",
     "make_app",
     "open_store",
+    "publish",
     "render_html",
     "serve",
     "stats",
@@ -81,6 +93,8 @@ def make_app(
     forward: Forwarder | None = None,
     policy: Policy | None = None,
     limits: Limits | None = None,
+    min_count: int = MIN_COUNT,
+    retention: Retention | None = None,
 ) -> Collector:
     """The collector as a WSGI application storing into ``db`` (a SQLite path, created if missing, or a
     ``postgresql://`` URL; the schema is created or migrated either way).
@@ -88,9 +102,19 @@ def make_app(
     :param forward: an optional forwarder (:class:`GA4Forwarder`) that receives every newly stored event.
     :param policy: what is accepted (:class:`Policy`: applications and their commands, the time window).
     :param limits: what is kept (:class:`Limits`: events per client id per week).
-    :raises CollectorError: the database cannot be opened (one line saying why).
+    :param min_count: the fewest developers a number at ``GET /`` and ``GET /v1/stats`` may count.
+    :param retention: how long raw events are kept, and how often ingest starts a roll-up (:class:`Retention`).
+    :raises CollectorError: the database cannot be opened (one line saying why), or the retention is shorter
+        than the maximum event age plus a week.
     """
-    return Collector(open_store(db, limits=limits), forward=forward, policy=policy)
+    check_min_count(min_count)  # before the store opens the database
+    check_retention(retention or Retention(), (policy or Policy()).max_age)
+    store = open_store(db, limits=limits)
+    try:
+        return Collector(store, forward=forward, policy=policy, min_count=min_count, retention=retention)
+    except BaseException:
+        store.close()
+        raise
 
 
 def serve(
@@ -101,12 +125,14 @@ def serve(
     forward: Forwarder | None = None,
     policy: Policy | None = None,
     limits: Limits | None = None,
+    min_count: int = MIN_COUNT,
+    retention: Retention | None = None,
 ) -> CollectorServer:
     """A bound embedded server for :func:`make_app` (``port=0``: a free port, see ``.port`` and ``.url``).
 
     Call ``.serve_forever()`` or ``.start()`` (a daemon thread), and ``.stop()``; or use ``with``.
     """
-    app = make_app(db, forward=forward, policy=policy, limits=limits)
+    app = make_app(db, forward=forward, policy=policy, limits=limits, min_count=min_count, retention=retention)
     try:
         return CollectorServer(app, host=host, port=port)
     except BaseException:

@@ -1,4 +1,4 @@
-"""``django-spool collector serve|stats|migrate``: the collector's commands.
+"""``django-spool collector serve|stats|migrate|rollup``: the collector's commands.
 
 :func:`register` adds them to the main command line (``spool_reporter/cli.py``); ``python -m
 spool_reporter.collector`` runs them on their own. Exit codes: 0 success, 1 failure (a database that
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from types import FrameType
     from typing import Final
 
+    from ._public import Published
     from ._stats import Stats
 
 DEFAULT_PORT: Final = 8765
@@ -39,8 +40,8 @@ def _add_db(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    """Add the ``collector`` command (with ``serve``, ``stats`` and ``migrate``) to ``subparsers``; return its
-    parser.
+    """Add the ``collector`` command (with ``serve``, ``stats``, ``migrate`` and ``rollup``) to ``subparsers``;
+    return its parser.
 
     Each leaf command sets ``func``: a callable taking the parsed arguments and returning the exit code.
     """
@@ -61,27 +62,50 @@ DESCRIPTION: Final = (
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``serve``, ``stats`` and ``migrate`` to ``commands``."""
+    """Add ``serve``, ``stats``, ``migrate`` and ``rollup`` to ``commands``."""
     from ._config import DEFAULT_MAX_AGE_DAYS
-    from ._store import Limits
+    from ._store import Limits, Retention
+
+    def add_max_age(parser: argparse.ArgumentParser, what: str) -> None:
+        parser.add_argument(
+            "--max-age-days",
+            type=float,
+            default=DEFAULT_MAX_AGE_DAYS,
+            metavar="DAYS",
+            help=f"{what} (default: %(default)g)",
+        )
+
+    def add_retain(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--retain-days",
+            type=float,
+            default=Retention().retain_days,
+            metavar="DAYS",
+            help="delete raw events older than this once their week is rolled up; the roll-ups, which hold no "
+            "client id, are kept (default: %(default)g)",
+        )
 
     serve = commands.add_parser(
         "serve",
         help="receive batches at POST /v1/batch (embedded server, for a laptop or a demo)",
-        description="Serve the collector with the embedded server until interrupted (SIGINT or SIGTERM). With "
-        "--port 0 a free port is picked. The first line on stdout is 'listening on URL'. For production, run "
-        "the WSGI application spool_reporter.collector.wsgi:application under gunicorn behind a TLS proxy "
-        "(see the self-hosting docs).",
+        description="Serve the collector with the embedded server until interrupted (SIGINT or SIGTERM): "
+        "batches at POST /v1/batch, the public page at GET / and its JSON at GET /v1/stats. With --port 0 a "
+        "free port is picked. The first line on stdout is 'listening on URL'. For production, run the WSGI "
+        "application spool_reporter.collector.wsgi:application under gunicorn behind a TLS proxy (see the "
+        "self-hosting docs).",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port; 0 picks a free one (default: %(default)s)")
     _add_db(serve, "where to store (created if missing)")
+    add_max_age(serve, "refuse events older than this; at most one day ahead is accepted")
+    add_retain(serve)
     serve.add_argument(
-        "--max-age-days",
+        "--rollup-every",
         type=float,
-        default=DEFAULT_MAX_AGE_DAYS,
-        metavar="DAYS",
-        help="refuse events older than this (default: %(default)g; at most one day ahead is accepted)",
+        default=Retention().rollup_every,
+        metavar="SECONDS",
+        help="start a roll-up in the background at most this often, when a batch arrives (0: only with "
+        "'collector rollup'; default: %(default)g)",
     )
     serve.add_argument(
         "--max-per-client-week",
@@ -104,6 +128,14 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help=f"also forward new events to this GA4 stream; the API secret is read from ${API_SECRET_VARIABLE}",
     )
     serve.add_argument("--ga4-endpoint", default=None, help=argparse.SUPPRESS)  # tests: a loopback fake
+    serve.add_argument(
+        "--min-count",
+        type=_min_count,
+        default=10,  # _public.MIN_COUNT, not imported here: it would load the store for every django-spool command
+        metavar="N",
+        help="the public page (GET /) and GET /v1/stats publish no number that counts fewer than N distinct "
+        "developers; smaller groups are merged into 'other' or not shown (default: %(default)s)",
+    )
     serve.set_defaults(func=cmd_serve)
 
     stats = commands.add_parser(
@@ -114,7 +146,21 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     _add_db(stats, "the collector's database")
     stats.add_argument("--json", action="store_true", help='print {"weeks": [...]} as JSON')
-    stats.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML report")
+    stats.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write the page that GET / serves, as one self-contained file: with the full numbers, "
+        "unless --min-count is given",
+    )
+    stats.add_argument(
+        "--min-count",
+        type=_min_count,
+        default=None,
+        metavar="N",
+        help="apply the public threshold to the text, --json and --html: show exactly what GET / and "
+        "GET /v1/stats publish with --min-count N (default: the full numbers, for the operator only)",
+    )
     stats.add_argument("--app", default="Django", help="the application to report (default: %(default)s)")
     stats.set_defaults(func=cmd_stats)
 
@@ -127,6 +173,29 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     _add_db(migrate, "the database (a SQLite file is created if missing)")
     migrate.set_defaults(func=cmd_migrate)
+
+    rollup = commands.add_parser(
+        "rollup",
+        help="roll closed weeks up and delete raw events past the retention",
+        description="Close the weeks that can take no more events (they ended more than --max-age-days ago), "
+        "store their numbers in the roll-up tables, which hold no client id, and delete the raw events older "
+        "than --retain-days. serve and the WSGI application do the same in the background, at most once per "
+        "--rollup-every; run this from cron instead when that is off. Give it the --max-age-days of the "
+        "collectors. Safe to run at any time, and from several hosts at once: one works, the others say so.",
+    )
+    _add_db(rollup, "the collector's database")
+    add_max_age(rollup, "the collectors' maximum event age: weeks that ended longer ago are closed")
+    add_retain(rollup)
+    rollup.set_defaults(func=cmd_rollup)
+
+
+def _min_count(text: str) -> int:
+    from ._public import parse_min_count
+
+    try:
+        return parse_min_count(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _db(args: argparse.Namespace, command: str) -> str | None:
@@ -142,7 +211,7 @@ def _db(args: argparse.Namespace, command: str) -> str | None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from . import CollectorError, GA4Forwarder, serve
-    from ._config import limits, policy
+    from ._config import limits, policy, retention
     from ._forward import GA4_ENDPOINT
     from ._server import is_loopback
 
@@ -156,6 +225,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         accept = policy(max_age_days=args.max_age_days, commands=args.commands)
         keep = limits(per_client_week=args.max_per_client_week)
+        retain = retention(retain_days=args.retain_days, rollup_every=args.rollup_every, max_age_days=args.max_age_days)
     except CollectorError as exc:
         print(f"collector serve: {exc}", file=sys.stderr)
         return 2
@@ -168,7 +238,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
             forward = GA4Forwarder(
                 measurement_id=args.forward_ga4, api_secret=secret, endpoint=args.ga4_endpoint or GA4_ENDPOINT
             )
-        server = serve(db, host=args.host, port=args.port, forward=forward, policy=accept, limits=keep)
+        server = serve(
+            db,
+            host=args.host,
+            port=args.port,
+            forward=forward,
+            policy=accept,
+            limits=keep,
+            min_count=args.min_count,
+            retention=retain,
+        )
     except CollectorError as exc:
         print(f"collector serve: {exc}", file=sys.stderr)
         return 1
@@ -245,6 +324,44 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rollup(args: argparse.Namespace) -> int:
+    import time
+
+    from . import CollectorError, open_store
+    from ._config import policy, retention
+    from ._rollup import rollup
+
+    db = _db(args, "rollup")
+    if db is None:
+        return 2
+    try:
+        accept = policy(max_age_days=args.max_age_days)
+        keep = retention(retain_days=args.retain_days, max_age_days=args.max_age_days)
+    except CollectorError as exc:
+        print(f"collector rollup: {exc}", file=sys.stderr)
+        return 2
+    try:
+        store = open_store(db, create=True)  # the roll-up tables are schema 3: migrate an older database
+        try:
+            done = rollup(store, now=time.time(), max_age=accept.max_age, retention=keep)
+            where = store.display
+        finally:
+            store.close()
+    except CollectorError as exc:
+        print(f"collector rollup: {exc}", file=sys.stderr)
+        return 1
+    if not done.ran:
+        print(f"{where}: another process is rolling up; nothing done here")
+        return 0
+    closed = done.closed_through or "none yet"
+    rolled = f" ({done.rolled[0]} to {done.rolled[-1]})" if done.rolled else ""
+    print(
+        f"{where}: closed through {closed}; {_n(len(done.rolled), 'week')} rolled up{rolled}; "
+        f"{_n(done.deleted, 'event')} older than {args.retain_days:g} days deleted"
+    )
+    return 0
+
+
 def _existing_version(db: str) -> int | None:
     """The schema version of an existing database, or ``None`` if it has no collector tables yet."""
     from . import CollectorError, open_store
@@ -268,16 +385,23 @@ def _n(count: int, word: str) -> str:
     return f"{count} {plural(count, word)}"
 
 
-def _text(stats: Stats, db: str) -> str:
-    lines = [
-        f"{stats.app}: {_n(stats.developers, 'developer')}, {_n(stats.events, 'event')}, "
-        f"{_n(len(stats.weeks), 'week')} with events ({db})"
-    ]
+def _text(stats: Stats | Published, db: str) -> str:
+    weeks = len(stats.weeks)
+    if stats.developers is None:  # the public numbers, which have no all-time count (rule 7 of _public.py)
+        head = f"{stats.app}: {_n(weeks, 'week')} published, no number under {_n(stats.min_count, 'developer')} ({db})"
+    else:
+        head = (
+            f"{stats.app}: {_n(stats.developers, 'developer')}, {_n(stats.events, 'event')}, "
+            f"{_n(weeks, 'week')} with events ({db})"
+        )
+    lines = [head]
     if not stats.weeks:
         return lines[0]
 
+    empty = "withheld" if stats.developers is None else "-"  # a published week's breakdown is empty if withheld
+
     def fmt(counts: dict[str, int]) -> str:
-        return ", ".join(f"{name}: {n}" for name, n in counts.items()) or "-"
+        return ", ".join(f"{name}: {n}" for name, n in counts.items()) or empty
 
     rows = [("week", "developers", "events", stats.app, "Python", "OS")]
     rows += [
@@ -306,7 +430,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from . import CollectorError, open_store, render_html, stats
+    from . import CollectorError, open_store, publish, render_html, stats
     from ._stats import apps
 
     db = _db(args, "stats")
@@ -315,14 +439,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
     try:
         store = open_store(db, create=False)
         try:
-            result = stats(store, app=args.app)
-            others = {} if result.events else {k: v for k, v in apps(store).items() if k != args.app}
+            full = stats(store, app=args.app)
+            others = {} if full.events else {k: v for k, v in apps(store).items() if k != args.app}
             where = store.display
         finally:
             store.close()
     except CollectorError as exc:
         print(f"collector stats: {exc}", file=sys.stderr)
         return 1
+    result = full if args.min_count is None else publish(full, min_count=args.min_count)
     if args.html is not None:
         try:
             _write_atomic(args.html, render_html(result))
@@ -336,10 +461,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
         if others:
             names = ", ".join(f"{name} ({_n(n, 'event')})" for name, n in others.items())
             print(f"other applications in this database: {names}; choose one with --app")
-        if result.refused:
-            total = sum(sum(r.values()) for r in result.refused.values())
+        if result is full and full.refused:  # the operator's numbers; the public ones have no refusals
+            total = sum(sum(r.values()) for r in full.refused.values())
             print(f"refused: {_n(total, 'event')}")
-            for week, reasons in result.refused.items():
+            for week, reasons in full.refused.items():
                 print(f"  {week}  " + ", ".join(f"{reason}: {n}" for reason, n in reasons.items()))
         if args.html is not None:
             print(f"report written to {args.html}")
@@ -347,7 +472,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m spool_reporter.collector serve|stats|migrate ...``."""
+    """``python -m spool_reporter.collector serve|stats|migrate|rollup ...``."""
     parser = argparse.ArgumentParser(prog="python -m spool_reporter.collector", description=DESCRIPTION)
     add_commands(parser.add_subparsers(dest="collector_command", metavar="COMMAND", required=True))
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)

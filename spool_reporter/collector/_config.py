@@ -5,7 +5,13 @@
 - ``SPOOL_REPORTER_COLLECTOR_CLIENT_CAP`` / ``--max-per-client-week``: events kept per client id per week
   (default 1000, ``0`` for no cap);
 - ``SPOOL_REPORTER_COLLECTOR_COMMANDS`` / ``--commands APP=CMD,CMD`` (repeated): more applications and their
-  event names, ``*`` for any valid name (Django's three commands are accepted unless replaced).
+  event names, ``*`` for any valid name (Django's three commands are accepted unless replaced);
+- ``SPOOL_REPORTER_COLLECTOR_MIN_COUNT`` / ``--min-count``: the fewest distinct developers a public number
+  may count (default 10, :mod:`._public`);
+- ``SPOOL_REPORTER_COLLECTOR_RETAIN_DAYS`` / ``--retain-days``: how long raw events are kept (default 400;
+  at least a week more than the maximum event age, :mod:`._rollup`);
+- ``SPOOL_REPORTER_COLLECTOR_ROLLUP_EVERY`` / ``--rollup-every``: seconds between two roll-ups started by
+  ingest in one process (default 3600; ``0``: only ``collector rollup``).
 
 In the environment, several ``--commands`` values are separated by ``;``.
 """
@@ -14,18 +20,24 @@ from __future__ import annotations
 
 from spool_reporter._event import MAX_AGE_SECONDS, MAX_FUTURE_SECONDS, check
 
-from ._store import CollectorError, Limits
+from ._public import MIN_COUNT, MIN_COUNT_VARIABLE, parse_min_count
+from ._rollup import check_retention
+from ._store import CollectorError, Limits, Retention
 from ._wire import ANY_COMMAND, DEFAULT_COMMANDS, Policy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
-    from typing import Final
+    from typing import Final, NamedTuple
+else:
+    from typing import NamedTuple
 
 DB_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_DB"
 MAX_AGE_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_MAX_AGE_DAYS"
 CAP_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_CLIENT_CAP"
 COMMANDS_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_COMMANDS"
+RETAIN_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_RETAIN_DAYS"
+ROLLUP_EVERY_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_ROLLUP_EVERY"
 
 MAX_AGE_DAYS_LIMIT: Final = 3660
 """The largest ``--max-age-days`` (ten years): anything more is a typo."""
@@ -88,6 +100,16 @@ def limits(*, per_client_week: int = Limits().per_client_week) -> Limits:
     return Limits(per_client_week=per_client_week)
 
 
+def retention(
+    *,
+    retain_days: float = Retention().retain_days,
+    rollup_every: float = Retention().rollup_every,
+    max_age_days: float = DEFAULT_MAX_AGE_DAYS,
+) -> Retention:
+    """A :class:`~._store.Retention` that fits the maximum event age; :class:`CollectorError` otherwise."""
+    return check_retention(Retention(retain_days=retain_days, rollup_every=rollup_every), max_age_days * 86400)
+
+
 def _number(env: Mapping[str, str], name: str, default: float, kind: type[float] | type[int]) -> float:
     text = env.get(name, "").strip()
     if not text:
@@ -99,15 +121,37 @@ def _number(env: Mapping[str, str], name: str, default: float, kind: type[float]
         raise CollectorError(msg) from None
 
 
-def from_environ(env: Mapping[str, str]) -> tuple[str, Policy, Limits]:
-    """(database, policy, limits) from the environment variables above."""
+class Settings(NamedTuple):
+    """The collector's settings read from the environment (:func:`from_environ`)."""
+
+    db: str
+    policy: Policy
+    limits: Limits
+    min_count: int
+    retention: Retention
+
+
+def from_environ(env: Mapping[str, str]) -> Settings:
+    """The settings from the environment variables above; :class:`CollectorError` for a bad one."""
     db = env.get(DB_VARIABLE, "").strip()
     if not db:
         msg = f"set {DB_VARIABLE} to the collector's SQLite file or postgresql:// URL"
         raise CollectorError(msg)
     commands = [v for v in env.get(COMMANDS_VARIABLE, "").split(";") if v.strip()]
-    return (
-        db,
-        policy(max_age_days=_number(env, MAX_AGE_VARIABLE, DEFAULT_MAX_AGE_DAYS, float), commands=commands),
-        limits(per_client_week=int(_number(env, CAP_VARIABLE, Limits().per_client_week, int))),
+    try:
+        min_count = parse_min_count(env.get(MIN_COUNT_VARIABLE, "").strip() or str(MIN_COUNT))
+    except ValueError as exc:
+        msg = f"{MIN_COUNT_VARIABLE}: {exc}"
+        raise CollectorError(msg) from None
+    max_age_days = _number(env, MAX_AGE_VARIABLE, DEFAULT_MAX_AGE_DAYS, float)
+    return Settings(
+        db=db,
+        policy=policy(max_age_days=max_age_days, commands=commands),
+        limits=limits(per_client_week=int(_number(env, CAP_VARIABLE, Limits().per_client_week, int))),
+        min_count=min_count,
+        retention=retention(
+            retain_days=_number(env, RETAIN_VARIABLE, Retention().retain_days, float),
+            rollup_every=_number(env, ROLLUP_EVERY_VARIABLE, Retention().rollup_every, float),
+            max_age_days=max_age_days,
+        ),
     )

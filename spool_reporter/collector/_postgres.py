@@ -33,6 +33,7 @@ import time
 
 from ._store import (
     COLUMNS,
+    LATE,
     OVER_CAP,
     SCHEMA_VERSION,
     CollectorError,
@@ -43,6 +44,7 @@ from ._store import (
     Store,
     Unavailable,
     apply_cap,
+    client_apps,
     group_new,
     redact,
     this_week,
@@ -69,6 +71,13 @@ LOCK_TIMEOUT_MS: Final = 10_000
 ADVISORY_LOCK: Final = 0x5350_4F4F_4C52  # "SPOOLR"
 """The advisory lock key that serialises schema migrations between processes."""
 
+CLOSING_LOCK: Final = ADVISORY_LOCK + 1
+"""Taken shared by every insert and exclusively by :meth:`PostgresStore.close_weeks`: closing a week waits for
+the inserts in flight, and every insert after it sees the week closed."""
+
+ROLLUP_LOCK: Final = ADVISORY_LOCK + 2
+"""Held (a session lock) by the one process rolling up; the others skip (:meth:`PostgresStore.rollup_lock`)."""
+
 _TYPES: Final = {"event_id": "uuid", "client_id": "uuid"}
 """Column types other than ``text``."""
 
@@ -85,6 +94,29 @@ MIGRATIONS: Final = {
         " week text NOT NULL, reason text NOT NULL, n bigint NOT NULL, PRIMARY KEY (week, reason))",
         "INSERT INTO client_weeks (client_id, week, n) SELECT client_id, week, COUNT(*) FROM events GROUP BY 1, 2 "
         "ON CONFLICT DO NOTHING",
+    ),
+    3: (
+        # Weeks compare as in Python and SQLite, byte by byte, whatever the database's locale ("2026-W53" <
+        # "2027-W01"): the "C" collation on every week column, so that comparisons and the indexes agree.
+        'ALTER TABLE events ALTER COLUMN week TYPE text COLLATE "C"',
+        'ALTER TABLE client_weeks ALTER COLUMN week TYPE text COLLATE "C"',
+        "CREATE INDEX IF NOT EXISTS events_week ON events (week)",
+        "CREATE TABLE IF NOT EXISTS client_apps ("
+        ' client_id uuid NOT NULL, app text NOT NULL, first_week text COLLATE "C" NOT NULL,'
+        ' last_week text COLLATE "C" NOT NULL, PRIMARY KEY (client_id, app))',
+        "CREATE INDEX IF NOT EXISTS client_apps_first ON client_apps (app, first_week)",
+        "INSERT INTO client_apps (client_id, app, first_week, last_week) "
+        "SELECT client_id, app, MIN(week), MAX(week) FROM events GROUP BY 1, 2 ON CONFLICT DO NOTHING",
+        "CREATE TABLE IF NOT EXISTS rollup_weeks ("
+        ' app text NOT NULL, week text COLLATE "C" NOT NULL, developers bigint NOT NULL, events bigint NOT NULL,'
+        " new_developers bigint NOT NULL, PRIMARY KEY (app, week))",
+        "CREATE TABLE IF NOT EXISTS rollup_cells ("
+        ' app text NOT NULL, week text COLLATE "C" NOT NULL, breakdown text NOT NULL, value text NOT NULL,'
+        " n bigint NOT NULL, PRIMARY KEY (app, week, breakdown, value))",
+        "CREATE TABLE IF NOT EXISTS rollup_state ("
+        ' id integer PRIMARY KEY CHECK (id = 1), closed_through text COLLATE "C" NOT NULL,'
+        ' rolled_through text COLLATE "C" NOT NULL)',
+        "INSERT INTO rollup_state (id, closed_through, rolled_through) VALUES (1, '', '') ON CONFLICT DO NOTHING",
     ),
 }
 """Schema version -> the statements that reach it from the one before."""
@@ -114,6 +146,14 @@ _ADD_CLIENT_WEEKS: Final = (
     "FROM unnest(string_to_array(%s, ','), string_to_array(%s, ','), string_to_array(%s, ',')) AS u(c, w, n) "
     "WHERE c.client_id = u.c::uuid AND c.week = u.w"
 )
+_ADD_CLIENT_APPS: Final = (
+    "INSERT INTO client_apps (client_id, app, first_week, last_week) SELECT c::uuid, a, f, l "
+    "FROM unnest(string_to_array(%s, ','), string_to_array(%s, ','), string_to_array(%s, ','), "
+    "string_to_array(%s, ',')) AS u(c, a, f, l) "
+    "ON CONFLICT (client_id, app) DO UPDATE SET first_week = LEAST(client_apps.first_week, excluded.first_week), "
+    "last_week = GREATEST(client_apps.last_week, excluded.last_week) "
+    "WHERE excluded.first_week < client_apps.first_week OR excluded.last_week > client_apps.last_week"
+)
 _ADD_REFUSAL: Final = (
     "INSERT INTO refusals (week, reason, n) VALUES (%s, %s, %s) "
     "ON CONFLICT (week, reason) DO UPDATE SET n = refusals.n + excluded.n"
@@ -127,6 +167,15 @@ def _psycopg() -> Any:
         msg = "a postgresql:// database needs psycopg 3: pip install 'spool_reporter[collector]'"
         raise CollectorError(msg) from exc
     return psycopg
+
+
+def _one(cur: psycopg.Cursor[Any], sql: str, params: tuple[object, ...] = ()) -> tuple[Any, ...]:
+    """The one row ``sql`` returns (every query given here returns exactly one)."""
+    row = cur.execute(sql, params).fetchone()
+    if row is None:  # pragma: no cover - rollup_state has its one row from the migration on
+        msg = f"no row from {sql.split(maxsplit=1)[0]}"
+        raise CollectorError(msg)
+    return tuple(row)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -153,6 +202,7 @@ class PostgresStore(Store):
         self._lock = threading.Lock()
         self._pool: list[psycopg.Connection[Any]] = []
         self._pid = os.getpid()
+        self._closed = False
         conn = self._connect()
         try:
             with conn.transaction():
@@ -219,6 +269,9 @@ class PostgresStore(Store):
 
     def _get(self) -> psycopg.Connection[Any]:
         with self._lock:
+            if self._closed:  # e.g. a roll-up thread still running when the application shut down
+                msg = f"the collector database {self.display} is closed"
+                raise CollectorError(msg)
             if self._pid != os.getpid():  # forked: the parent's connections are not ours to use
                 self._pool, self._pid = [], os.getpid()
             if self._pool:
@@ -268,11 +321,22 @@ class PostgresStore(Store):
         now: float | None,
     ) -> Inserted:
         cap = self.limits.per_client_week
-        keys = sorted({(row[9], row[11]) for row in rows})
-        clients, weeks = ",".join(k[0] for k in keys), ",".join(k[1] for k in keys)
         kept: list[Row] = []
-        added = limited = 0
+        added = limited = late = 0
         with conn.transaction(), conn.cursor() as cur:
+            if rows:
+                # Shared with every other insert, exclusive for close_weeks(): a week closed after this point
+                # waits for this transaction; one closed before it is seen closed by the query below.
+                cur.execute("SELECT pg_advisory_xact_lock_shared(%s)", (CLOSING_LOCK,))
+                (closed,) = _one(cur, "SELECT closed_through FROM rollup_state")
+                if closed and any(row[11] <= closed for row in rows):
+                    old = [row for row in rows if row[11] <= closed]
+                    rows = [row for row in rows if row[11] > closed]
+                    ids = {row[0] for row in old}
+                    seen = {r[0] for r in cur.execute(_KNOWN, (",".join(ids),))}
+                    late = len(ids - seen)  # the others are duplicates, as they would be in an open week
+            keys = sorted({(row[9], row[11]) for row in rows})
+            clients, weeks = ",".join(k[0] for k in keys), ",".join(k[1] for k in keys)
             if rows:
                 # Lock this batch's (client, week) rows, creating missing ones, in one order (see the docstring).
                 cur.execute(_ENSURE_CLIENT_WEEKS, (clients, weeks))
@@ -286,12 +350,120 @@ class PostgresStore(Store):
                     items = sorted(taken.items())
                     columns = (",".join(k[0] for k, _ in items), ",".join(k[1] for k, _ in items))
                     cur.execute(_ADD_CLIENT_WEEKS, (*columns, ",".join(str(n) for _, n in items)))
+                    spans = client_apps(kept)  # in key order: two batches lock shared rows in one order
+                    cur.execute(_ADD_CLIENT_APPS, tuple(",".join(span[i] for span in spans) for i in range(4)))
             if limited:
                 refused[OVER_CAP] = refused.get(OVER_CAP, 0) + limited
+            if late:
+                refused[LATE] = refused.get(LATE, 0) + late
             if refused:
                 week = this_week(time.time() if now is None else now)
                 cur.executemany(_ADD_REFUSAL, [(week, reason, n) for reason, n in sorted(refused.items()) if n])
-        return Inserted(added, kept if want_new else [], limited)
+        return Inserted(added, kept if want_new else [], limited + late)
+
+    # -- retention and forget -------------------------------------------------------------------------------
+
+    def _transaction(self, work: Callable[[psycopg.Cursor[Any]], _T]) -> _T:
+        def run(conn: psycopg.Connection[Any]) -> _T:
+            with conn.transaction(), conn.cursor() as cur:
+                return work(cur)
+
+        return self._run(run)
+
+    def close_weeks(self, week: str) -> str:
+        def work(cur: psycopg.Cursor[Any]) -> str:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (CLOSING_LOCK,))  # waits for the inserts in flight
+            cur.execute("UPDATE rollup_state SET closed_through = %s WHERE closed_through < %s", (week, week))
+            return str(_one(cur, "SELECT closed_through FROM rollup_state")[0])
+
+        return self._transaction(work)
+
+    def save_rollup(
+        self,
+        week: str,
+        totals: Sequence[tuple[str, int, int, int]],
+        cells: Sequence[tuple[str, str, str, int]],
+    ) -> bool:
+        def work(cur: psycopg.Cursor[Any]) -> bool:
+            closed, rolled = _one(cur, "SELECT closed_through, rolled_through FROM rollup_state FOR UPDATE")
+            if week <= rolled or week > closed:
+                return False
+            cur.executemany(
+                "INSERT INTO rollup_weeks (app, week, developers, events, new_developers) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                [(app, week, devs, n, first) for app, devs, n, first in totals],
+            )
+            cur.executemany(
+                "INSERT INTO rollup_cells (app, week, breakdown, value, n) VALUES (%s, %s, %s, %s, %s) "
+                "ON CONFLICT DO NOTHING",
+                [(app, week, name, value, n) for app, name, value, n in cells],
+            )
+            cur.execute("UPDATE rollup_state SET rolled_through = %s", (week,))
+            return True
+
+        return self._transaction(work)
+
+    def mark_rolled(self, week: str) -> None:
+        def work(cur: psycopg.Cursor[Any]) -> None:
+            cur.execute(
+                "UPDATE rollup_state SET rolled_through = %s WHERE rolled_through < %s AND closed_through >= %s",
+                (week, week, week),
+            )
+
+        self._transaction(work)
+
+    def delete_expired(self, *, through_week: str, before: str, limit: int) -> int:
+        def work(cur: psycopg.Cursor[Any]) -> int:
+            cur.execute(
+                "DELETE FROM events WHERE event_id IN (SELECT event_id FROM events WHERE week <= %s AND time < %s "
+                "AND week <= (SELECT rolled_through FROM rollup_state) LIMIT %s)",
+                (through_week, before, limit),
+            )
+            return int(cur.rowcount)
+
+        return self._transaction(work)
+
+    def expire_ids(self, before_week: str) -> None:
+        def work(cur: psycopg.Cursor[Any]) -> None:
+            rolled = "(SELECT rolled_through FROM rollup_state)"
+            cur.execute(f"DELETE FROM client_weeks WHERE week < %s AND week <= {rolled}", (before_week,))  # noqa: S608
+            cur.execute(f"DELETE FROM client_apps WHERE last_week < %s AND last_week <= {rolled}", (before_week,))  # noqa: S608
+
+        self._transaction(work)
+
+    def forget(self, client_id: str) -> int:
+        def work(cur: psycopg.Cursor[Any]) -> int:
+            # The client's weeks (client_weeks), locked, then its events week by week through the index on week.
+            weeks = [
+                str(w)
+                for (w,) in cur.execute(
+                    "SELECT week FROM client_weeks WHERE client_id = %s::uuid FOR UPDATE", (client_id,)
+                )
+            ]
+            deleted = cur.execute(
+                "DELETE FROM events WHERE week = ANY(string_to_array(%s, ',')) AND client_id = %s::uuid",
+                (",".join(weeks), client_id),
+            ).rowcount
+            cur.execute("DELETE FROM client_weeks WHERE client_id = %s::uuid", (client_id,))
+            cur.execute("DELETE FROM client_apps WHERE client_id = %s::uuid", (client_id,))
+            return int(deleted)
+
+        return self._transaction(work)
+
+    @contextlib.contextmanager
+    def _rollup_lock(self) -> Iterator[bool]:
+        # A session lock on a connection of its own, held for the whole roll-up: PostgreSQL releases it if this
+        # process dies, so a killed roll-up never blocks the next.
+        conn = self._connect()
+        try:
+            (held,) = _one(conn.cursor(), "SELECT pg_try_advisory_lock(%s)", (ROLLUP_LOCK,))
+            yield bool(held)
+        finally:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def rollup_lock(self) -> contextlib.AbstractContextManager[bool]:
+        return self._rollup_lock()
 
     # -- reading --------------------------------------------------------------------------------------------
 
@@ -324,6 +496,7 @@ class PostgresStore(Store):
         with self._lock:
             pool, self._pool = self._pool, []
             self._pid = -1  # connections returned later are closed, not pooled
+            self._closed = True  # and none is opened any more
         for conn in pool:
             with contextlib.suppress(Exception):
                 conn.close()

@@ -37,6 +37,7 @@ import time
 
 from ._store import (
     COLUMNS,
+    LATE,
     OVER_CAP,
     SCHEMA_VERSION,
     CollectorError,
@@ -47,14 +48,18 @@ from ._store import (
     Store,
     Unavailable,
     apply_cap,
+    client_apps,
+    drop_closed,
     group_new,
     this_week,
 )
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
-    from typing import Final
+    from collections.abc import Callable, Iterator, Sequence
+    from typing import Final, TypeVar
+
+    _T = TypeVar("_T")
 
 BUSY_TIMEOUT_MS: Final = 10_000
 """How long a writer waits for another writer's transaction (ours last milliseconds)."""
@@ -95,6 +100,32 @@ MIGRATIONS: Final = {
         "INSERT OR IGNORE INTO client_weeks (client_id, week, n) "
         "SELECT client_id, week, COUNT(*) FROM events GROUP BY 1, 2",
     ),
+    3: (
+        # A batch's rows take this index at one place or two (their weeks), so it costs an insert ~4 % of its
+        # CPU; the statistics then read the open weeks, not the table. An index by client id cost 19 %
+        # (benchmarks/bench_collector.py): client_apps and client_weeks answer those questions instead.
+        "CREATE INDEX IF NOT EXISTS events_week ON events (week)",
+        "CREATE TABLE IF NOT EXISTS client_apps ("
+        " client_id TEXT NOT NULL, app TEXT NOT NULL, first_week TEXT NOT NULL, last_week TEXT NOT NULL,"
+        " PRIMARY KEY (client_id, app)"
+        ") WITHOUT ROWID",
+        "CREATE INDEX IF NOT EXISTS client_apps_first ON client_apps (app, first_week)",
+        "INSERT OR IGNORE INTO client_apps (client_id, app, first_week, last_week) "
+        "SELECT client_id, app, MIN(week), MAX(week) FROM events GROUP BY 1, 2",
+        "CREATE TABLE IF NOT EXISTS rollup_weeks ("
+        " app TEXT NOT NULL, week TEXT NOT NULL, developers INTEGER NOT NULL, events INTEGER NOT NULL,"
+        " new_developers INTEGER NOT NULL, PRIMARY KEY (app, week)"
+        ") WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS rollup_cells ("
+        " app TEXT NOT NULL, week TEXT NOT NULL, breakdown TEXT NOT NULL, value TEXT NOT NULL, n INTEGER NOT NULL,"
+        " PRIMARY KEY (app, week, breakdown, value)"
+        ") WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS rollup_state ("
+        " id INTEGER PRIMARY KEY CHECK (id = 1), closed_through TEXT NOT NULL, rolled_through TEXT NOT NULL,"
+        " lease_until REAL NOT NULL"
+        ")",
+        "INSERT OR IGNORE INTO rollup_state (id, closed_through, rolled_through, lease_until) VALUES (1, '', '', 0)",
+    ),
 }
 """Schema version -> the statements that reach it from the one before (``PRAGMA user_version`` records it)."""
 assert max(MIGRATIONS) == SCHEMA_VERSION
@@ -107,12 +138,22 @@ _ADD_CLIENT_WEEK: Final = (
     "INSERT INTO client_weeks (client_id, week, n) VALUES (?, ?, ?) "
     "ON CONFLICT (client_id, week) DO UPDATE SET n = n + excluded.n"
 )
+_ADD_CLIENT_APP: Final = (
+    "INSERT INTO client_apps (client_id, app, first_week, last_week) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (client_id, app) DO UPDATE SET first_week = min(first_week, excluded.first_week), "
+    "last_week = max(last_week, excluded.last_week) "
+    "WHERE excluded.first_week < first_week OR excluded.last_week > last_week"
+)
 _ADD_REFUSAL: Final = (
     "INSERT INTO refusals (week, reason, n) VALUES (?, ?, ?) "  # a line for ruff format to keep
     "ON CONFLICT (week, reason) DO UPDATE SET n = n + excluded.n"
 )
 _CHUNK: Final = 400
 """Variables per ``IN (...)`` query: below SQLite's historical limit of 999."""
+
+LEASE_S: Final = 3600.0
+"""How long a roll-up holds the lease between renewals (one week rolled up renews it): a process killed while
+rolling up blocks the others for at most this long."""
 
 
 def _create_private(path: str) -> None:
@@ -192,6 +233,7 @@ class SQLiteStore(Store):
         self._pending: list[_Job] = []
         self._pool: list[sqlite3.Connection] = []
         self._pid = os.getpid()
+        self._closed = False
         try:
             if create:
                 _create_private(self.path)
@@ -268,6 +310,9 @@ class SQLiteStore(Store):
         return self._connection()
 
     def _forked(self) -> None:
+        if self._closed:  # e.g. a roll-up thread still running when the application shut down
+            msg = f"the collector database {self.path} is closed"
+            raise CollectorError(msg)
         if self._pid != os.getpid():  # forked: the parent's connections are not ours to use
             self._pool, self._writer, self._pid = [], None, os.getpid()
 
@@ -358,6 +403,11 @@ class SQLiteStore(Store):
             query = f"SELECT event_id FROM events WHERE event_id IN ({','.join('?' * len(chunk))})"  # noqa: S608
             known.update(r[0] for r in conn.execute(query, chunk))
         new, groups = group_new(rows, known)
+        # The write transaction excludes close_weeks(): the closed weeks read here stay closed until COMMIT.
+        (closed,) = conn.execute("SELECT closed_through FROM rollup_state").fetchone()
+        new, groups, late = drop_closed(new, groups, closed)
+        if late:
+            refused[LATE] = refused.get(LATE, 0) + late
         used: dict[tuple[str, str], int] = {}
         if cap > 0 and groups:
             clients = list({client for client, _ in groups})
@@ -373,12 +423,145 @@ class SQLiteStore(Store):
         kept, taken, limited = apply_cap(new, groups, used, cap)
         conn.executemany(_INSERT, kept)
         conn.executemany(_ADD_CLIENT_WEEK, [(client, week, n) for (client, week), n in taken.items()])
+        conn.executemany(_ADD_CLIENT_APP, client_apps(kept))
         if limited:
             refused[OVER_CAP] = refused.get(OVER_CAP, 0) + limited
         if refused:
             week = this_week(time.time() if job.now is None else job.now)
             conn.executemany(_ADD_REFUSAL, [(week, reason, n) for reason, n in sorted(refused.items()) if n])
-        return Inserted(len(kept), kept if job.want_new else [], limited)
+        return Inserted(len(kept), kept if job.want_new else [], limited + late)
+
+    # -- retention and forget -------------------------------------------------------------------------------
+
+    def _write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """``work(conn)`` in one write transaction on the writing connection (batches wait meanwhile)."""
+        with self._write_lock:
+            try:
+                conn = self._writing_connection()
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        result = work(conn)
+                        conn.execute("COMMIT")
+                    except BaseException:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
+                        raise
+                except BaseException:
+                    self._drop_writer(conn)
+                    raise
+            except sqlite3.OperationalError as exc:
+                if _unavailable(exc):
+                    raise Unavailable(str(exc)) from exc
+                raise
+            return result
+
+    def close_weeks(self, week: str) -> str:
+        def work(conn: sqlite3.Connection) -> str:
+            conn.execute("UPDATE rollup_state SET closed_through = ? WHERE closed_through < ?", (week, week))
+            return str(conn.execute("SELECT closed_through FROM rollup_state").fetchone()[0])
+
+        return self._write(work)
+
+    def save_rollup(
+        self,
+        week: str,
+        totals: Sequence[tuple[str, int, int, int]],
+        cells: Sequence[tuple[str, str, str, int]],
+    ) -> bool:
+        def work(conn: sqlite3.Connection) -> bool:
+            closed, rolled = conn.execute("SELECT closed_through, rolled_through FROM rollup_state").fetchone()
+            if week <= rolled or week > closed:
+                return False
+            conn.executemany(
+                "INSERT OR IGNORE INTO rollup_weeks (app, week, developers, events, new_developers) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(app, week, devs, n, first) for app, devs, n, first in totals],
+            )
+            conn.executemany(
+                "INSERT OR IGNORE INTO rollup_cells (app, week, breakdown, value, n) VALUES (?, ?, ?, ?, ?)",
+                [(app, week, name, value, n) for app, name, value, n in cells],
+            )
+            conn.execute("UPDATE rollup_state SET rolled_through = ?", (week,))
+            return True
+
+        return self._write(work)
+
+    def mark_rolled(self, week: str) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE rollup_state SET rolled_through = ? WHERE rolled_through < ? AND closed_through >= ?",
+                (week, week, week),
+            )
+
+        self._write(work)
+
+    def delete_expired(self, *, through_week: str, before: str, limit: int) -> int:
+        def work(conn: sqlite3.Connection) -> int:
+            # Only weeks rolled up already: the condition is checked in the deleting transaction itself.
+            cur = conn.execute(
+                "DELETE FROM events WHERE rowid IN (SELECT rowid FROM events WHERE week <= ? AND time < ? "
+                "AND week <= (SELECT rolled_through FROM rollup_state) LIMIT ?)",
+                (through_week, before, limit),
+            )
+            return int(cur.rowcount)
+
+        return self._write(work)
+
+    def expire_ids(self, before_week: str) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            rolled = "(SELECT rolled_through FROM rollup_state)"
+            conn.execute(f"DELETE FROM client_weeks WHERE week < ? AND week <= {rolled}", (before_week,))  # noqa: S608
+            conn.execute(f"DELETE FROM client_apps WHERE last_week < ? AND last_week <= {rolled}", (before_week,))  # noqa: S608
+
+        self._write(work)
+
+    def forget(self, client_id: str) -> int:
+        with self.reading() as reader:
+            weeks = [str(w) for (w,) in reader.query("SELECT week FROM client_weeks WHERE client_id = ?", (client_id,))]
+        deleted = 0
+
+        # A week at a time (through the index on week), each in its own short transaction: batches wait for one
+        # week's rows, not for the whole history of a client.
+        def one_week(week: str) -> Callable[[sqlite3.Connection], int]:
+            return lambda conn: int(
+                conn.execute("DELETE FROM events WHERE week = ? AND client_id = ?", (week, client_id)).rowcount
+            )
+
+        for week in weeks:
+            deleted += self._write(one_week(week))
+
+        def rest(conn: sqlite3.Connection) -> int:
+            # Whatever arrived meanwhile, in weeks this client had no row of yet: found by its weeks again.
+            late = [str(w) for (w,) in conn.execute("SELECT week FROM client_weeks WHERE client_id = ?", (client_id,))]
+            n = sum(
+                int(conn.execute("DELETE FROM events WHERE week = ? AND client_id = ?", (w, client_id)).rowcount)
+                for w in set(late) - set(weeks)
+            )
+            conn.execute("DELETE FROM client_weeks WHERE client_id = ?", (client_id,))
+            conn.execute("DELETE FROM client_apps WHERE client_id = ?", (client_id,))
+            return n
+
+        return deleted + self._write(rest)
+
+    @contextlib.contextmanager
+    def _lease(self) -> Iterator[bool]:
+        # Across processes on one file: a lease in the database, which a killed holder gives up by expiring.
+        def take(conn: sqlite3.Connection) -> bool:
+            now = time.time()
+            cur = conn.execute("UPDATE rollup_state SET lease_until = ? WHERE lease_until < ?", (now + LEASE_S, now))
+            return bool(cur.rowcount)
+
+        held = self._write(take)
+        try:
+            yield held
+        finally:
+            if held:
+                with contextlib.suppress(CollectorError, sqlite3.Error):
+                    self._write(lambda conn: conn.execute("UPDATE rollup_state SET lease_until = 0"))
+
+    def rollup_lock(self) -> contextlib.AbstractContextManager[bool]:
+        return self._lease()
 
     # -- reading --------------------------------------------------------------------------------------------
 
@@ -405,5 +588,6 @@ class SQLiteStore(Store):
                 pool.append(self._writer)
                 self._writer = None
             self._pid = -1  # connections returned later are closed, not pooled
+            self._closed = True  # and none is opened any more
         for conn in pool:
             conn.close()

@@ -8,13 +8,25 @@ would add nothing but a free-text column), plus ``week``, the ISO week of the ev
 the request is stored: no address, no header, not even the time the request arrived (which, joined with
 a proxy's access log, would point back to an address).
 
-**Three tables** (schema version :data:`SCHEMA_VERSION`, created and migrated by the collector itself):
+**The tables** (schema version :data:`SCHEMA_VERSION`, created and migrated by the collector itself):
 
-- ``events``: one row per event id (the primary key: a re-delivery to any collector process counts once);
+- ``events``: one row per event id (the primary key: a re-delivery to any collector process counts once),
+  indexed by ``week`` (the statistics read the open weeks only, a forget searches a client's weeks);
 - ``client_weeks``: events stored per (client id, week), which enforces :attr:`Limits.per_client_week`
-  (counted, never silently dropped) inside the same transaction as the insert;
+  (counted, never silently dropped) inside the same transaction as the insert, and tells a forget which
+  weeks to search;
+- ``client_apps``: per (client id, application) the first and the last week with an event: the developers
+  seen for the first time in a week, and the all-time count, without searching the events;
 - ``refusals``: events refused per (week they were received in, reason from
-  :data:`spool_reporter._event.REASONS`, or ``over_cap``): what the operator watches, with no client id.
+  :data:`spool_reporter._event.REASONS`, or ``over_cap``), and refused forget requests (``forget``): what
+  the operator watches, with no client id;
+- ``rollup_weeks`` and ``rollup_cells``: the closed weeks' numbers, holding **no client id**
+  (:mod:`._rollup`): per (application, week) the distinct developers, the events and the developers seen
+  for the first time; per (application, week, breakdown, value) the distinct developers (the events, for
+  ``by_event``);
+- ``rollup_state``: one row: ``closed_through`` (the newest week that no longer takes events: an insert
+  refuses a row of a week up to it as ``too_old``, in the same transaction), ``rolled_through`` (the newest
+  week whose numbers are in the roll-up tables) and, for SQLite, the roll-up's lease.
 
 **Durability.** :meth:`Store.insert` returns only once the transaction is durable (SQLite
 ``synchronous=FULL`` in WAL mode; PostgreSQL's commit), so a 2xx is never answered for a batch a power cut
@@ -42,11 +54,30 @@ else:
 COLUMNS: Final = (*(f for f in FIELDS if f not in ("schema", "user_agent")), "week")
 """The stored columns: :data:`~spool_reporter._event.FIELDS` minus ``schema`` and ``user_agent``, plus ``week``."""
 
-SCHEMA_VERSION: Final = 2
-"""The layout this code writes: 1 had ``events`` only; 2 added ``client_weeks`` and ``refusals``."""
+SCHEMA_VERSION: Final = 3
+"""The layout this code writes: 1 had ``events`` only; 2 added ``client_weeks`` and ``refusals``; 3 added the
+roll-ups (``rollup_weeks``, ``rollup_cells``, ``rollup_state``) and the indexes on ``events``."""
 
 OVER_CAP: Final = "over_cap"
 """The refusal reason of an event beyond :attr:`Limits.per_client_week`."""
+
+LATE: Final = "too_old"
+"""The refusal reason of an event of a week already closed (:data:`spool_reporter._event.REASONS`' own word for
+an event outside the time window: a collector process with a longer ``--max-age-days`` than the one that
+closed the week would otherwise add to numbers that are final)."""
+
+FORGET: Final = "forget"
+"""The refusal reason of a ``POST /v1/forget`` refused (not a client id, not the request's shape)."""
+
+BREAKDOWNS: Final = {
+    "by_django": "app_version",
+    "by_python": "python || ' ' || python_version",
+    "by_os": "os",
+}
+"""Breakdown name -> SQL expression over a stored row (fixed strings, never user input): distinct developers."""
+
+EVENT_BREAKDOWN: Final = ("by_event", "event")
+"""The one breakdown that counts events, not developers: its name and expression."""
 
 POSTGRES_SCHEMES: Final = ("postgresql://", "postgres://")
 """A ``--db`` value that starts with one of these is a PostgreSQL connection URL; anything else a SQLite path."""
@@ -83,6 +114,25 @@ class Limits(NamedTuple):
     A developer who runs ``runserver`` a hundred times a day stays far below; ``0`` turns the cap off."""
 
 
+class Retention(NamedTuple):
+    """How long raw events are kept, and how often the collector rolls closed weeks up (:mod:`._rollup`)."""
+
+    retain_days: float = 400
+    """Raw events older than this are deleted once their week is rolled up: a year of weeks and a month to
+    spare. The roll-ups, which hold no client id, are kept."""
+    rollup_every: float = 3600
+    """Seconds between two roll-ups started by ingest in one process (``0``: only ``collector rollup``)."""
+
+
+class RollupState(NamedTuple):
+    """The roll-up's progress (``""`` for "no week yet": it sorts before every ISO week)."""
+
+    closed_through: str
+    """The newest closed week: no event of a week up to it is stored any more."""
+    rolled_through: str
+    """The newest week whose numbers are in the roll-up tables (never after :attr:`closed_through`)."""
+
+
 _WEEKS: dict[str, str] = {}
 """``"2026-12-03"`` -> ``"2026-W49"`` for the days seen (the time window keeps this small)."""
 
@@ -113,6 +163,14 @@ def this_week(now: float) -> str:
     """The ISO week of the epoch time ``now`` (UTC)."""
     year, num, _ = datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isocalendar()
     return f"{year:04d}-W{num:02d}"
+
+
+def week_before(week: str) -> str:
+    """The ISO week before ``week`` (``"2027-W01"`` -> ``"2026-W53"``)."""
+    year, num = week.split("-W")
+    monday = datetime.date.fromisocalendar(int(year), int(num), 1) - datetime.timedelta(days=7)
+    y, n, _ = monday.isocalendar()
+    return f"{y:04d}-W{n:02d}"
 
 
 def is_postgres(db: str | os.PathLike[str]) -> bool:
@@ -203,6 +261,58 @@ class Store:
             (row,) = reader.query("SELECT COUNT(*), COUNT(DISTINCT client_id) FROM events")
         return int(row[0]), int(row[1])  # type: ignore[call-overload]
 
+    def rollup_state(self, reader: Reader | None = None) -> RollupState:
+        """The roll-up's progress, read in ``reader``'s snapshot if given (nothing rolled up before schema 3)."""
+        if self.schema_version() < 3:
+            return RollupState("", "")
+        if reader is None:
+            with self.reading() as own:
+                return self.rollup_state(own)
+        (row,) = reader.query("SELECT closed_through, rolled_through FROM rollup_state")
+        return RollupState(str(row[0]), str(row[1]))
+
+    # -- retention and forget (see ._rollup) -----------------------------------------------------------------
+
+    def close_weeks(self, week: str) -> str:
+        """Close every week up to ``week``: from the moment this returns, no insert stores a row of one (those
+        in flight finished first). Returns the newest closed week (never moves back)."""
+        raise NotImplementedError
+
+    def save_rollup(
+        self,
+        week: str,
+        totals: Sequence[tuple[str, int, int, int]],
+        cells: Sequence[tuple[str, str, str, int]],
+    ) -> bool:
+        """Store the numbers of the closed ``week`` -- ``totals``: (app, developers, events, new developers);
+        ``cells``: (app, breakdown, value, count) -- and mark it rolled up, in one transaction. ``False`` (and
+        nothing written) if it was rolled up already, e.g. by another process."""
+        raise NotImplementedError
+
+    def mark_rolled(self, week: str) -> None:
+        """Record that every closed week up to ``week`` is rolled up (the weeks without events have no rows)."""
+        raise NotImplementedError
+
+    def delete_expired(self, *, through_week: str, before: str, limit: int) -> int:
+        """Delete at most ``limit`` events of weeks up to ``through_week`` (rolled up already) whose ``time`` is
+        before ``before`` (an event ``time``); return how many (a short transaction each call)."""
+        raise NotImplementedError
+
+    def expire_ids(self, before_week: str) -> None:
+        """Delete the ``client_weeks`` rows of rolled-up weeks before ``before_week``, and the ``client_apps``
+        rows whose last week is one of them: the retention of client ids, once their events are gone."""
+        raise NotImplementedError
+
+    def forget(self, client_id: str) -> int:
+        """Delete every event, ``client_weeks`` and ``client_apps`` row of ``client_id``; return how many events.
+        The roll-ups hold no client id and are not touched."""
+        raise NotImplementedError
+
+    def rollup_lock(self) -> contextlib.AbstractContextManager[bool]:
+        """Held (``True``) by one roll-up at a time across every process on this database; ``False`` if another
+        holds it (the caller then leaves the work to that one)."""
+        raise NotImplementedError
+
     def schema_version(self) -> int:
         """The schema version recorded in the database."""
         raise NotImplementedError
@@ -261,3 +371,28 @@ def apply_cap(
             taken[key] = taken.get(key, 0) + 1
             kept.append(row)
     return kept, taken, len(new) - len(kept)
+
+
+def drop_closed(
+    new: list[Row], groups: dict[tuple[str, str], int], closed_through: str
+) -> tuple[list[Row], dict[tuple[str, str], int], int]:
+    """(rows of open weeks, their count per (client, week), rows of closed weeks): the latter are refused."""
+    if not closed_through or all(week > closed_through for _, week in groups):
+        return new, groups, 0
+    kept = [row for row in new if row[11] > closed_through]
+    return kept, {key: n for key, n in groups.items() if key[1] > closed_through}, len(new) - len(kept)
+
+
+def client_apps(rows: Sequence[Row]) -> list[tuple[str, str, str, str]]:
+    """(client id, app, first week, last week) of ``rows``, one per client and application, in key order."""
+    span: dict[tuple[str, str], list[str]] = {}
+    for row in rows:
+        key, week = (row[9], row[2]), row[11]
+        seen = span.get(key)
+        if seen is None:
+            span[key] = [week, week]
+        elif week < seen[0]:
+            seen[0] = week
+        elif week > seen[1]:
+            seen[1] = week
+    return [(client, app, first, last) for (client, app), (first, last) in sorted(span.items())]

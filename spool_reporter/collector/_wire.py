@@ -17,6 +17,9 @@ whole-second ``timestamp_micros``) is rebuilt as the project's event (``time`` f
 id: :func:`ga4_event_id` derives one from the event's content, so an identical resend (a flusher killed
 after the 2xx) is stored once -- and two identical events from one client in the same second count once.
 
+**``/v1/forget``** (:func:`parse_forget`, ``django-spool forget``): the body is exactly ``{"client_id": "<uuid4>"}``,
+at most :data:`FORGET_MAX_BODY_BYTES` bytes.
+
 A body that is not a batch at all (not JSON, other keys, too many events, another schema) is refused as a
 whole with a short reason (:class:`BadRequest`, a ``400``); a well-formed batch is always answered ``2xx``.
 """
@@ -57,6 +60,9 @@ GA4_MAX_EVENTS: Final = _ga4.MAX_EVENTS
 
 GA4_MAX_BODY_BYTES: Final = _ga4.MAX_BODY_BYTES
 """Body cap of ``/mp/collect``: the ``ga4`` transport keeps its requests under GA4's 130 kB."""
+
+FORGET_MAX_BODY_BYTES: Final = 256
+"""Body cap of ``/v1/forget``: ``{"client_id": "…"}`` is 53 bytes; room for spaces, not for anything else."""
 
 GA4_ID_DOMAIN: Final = b"spool_reporter/collector ga4 event id v1\n"
 """Hashed before an event's content in :func:`ga4_event_id`: names the derivation, so it can change later."""
@@ -266,3 +272,17 @@ def parse_ga4(body: bytes, policy: Policy | None = None) -> Parsed:
         else:
             _judge(event, policy, now, parsed.rows, parsed.refused)
     return parsed
+
+
+_FORGET_KEYS: Final = frozenset(("client_id",))
+
+
+def parse_forget(body: bytes) -> str:
+    """The client id a ``/v1/forget`` body names; :class:`BadRequest` unless exactly ``{"client_id": <uuid4>}``."""
+    doc = _load(body, FORGET_MAX_BODY_BYTES)
+    if set(doc) != _FORGET_KEYS:
+        raise BadRequest('expected exactly the key "client_id"')
+    client_id = doc["client_id"]
+    if not isinstance(client_id, str) or not is_uuid4(client_id):
+        raise BadRequest('"client_id" is not a client id (a uuid4)')
+    return client_id

@@ -14,16 +14,36 @@ It reads nothing from the request but the method, the path, ``Content-Type``, ``
 ``Content-Encoding`` and the body. Request headers, ``REMOTE_ADDR`` and the proxy headers that carry a
 client address (``X-Forwarded-For``, ``Forwarded``) are never read, stored or logged; the application
 logs nothing per request at all.
+
+``GET /`` and ``GET /v1/stats`` publish the statistics, thresholded to protect small groups
+(:mod:`._public`). ``POST /v1/forget`` with ``{"client_id": "<uuid4>"}`` deletes every stored event of that
+client id and answers ``{"deleted": n}``; the roll-ups of closed weeks hold no client id and are not touched.
+
+Ingest also keeps the retention (:mod:`._rollup`): at most once per ``rollup_every`` seconds, a batch starts a
+roll-up in a background thread of this process, so that no request waits for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
+import time
 
-from ._store import Row, Store, Unavailable
-from ._wire import GA4_MAX_BODY_BYTES, MAX_BODY_BYTES, BadRequest, Parsed, Policy, parse_batch, parse_ga4
+from . import _public, _rollup
+from ._store import FORGET, CollectorError, Retention, Row, Store, Unavailable
+from ._wire import (
+    FORGET_MAX_BODY_BYTES,
+    GA4_MAX_BODY_BYTES,
+    MAX_BODY_BYTES,
+    BadRequest,
+    Parsed,
+    Policy,
+    parse_batch,
+    parse_forget,
+    parse_ga4,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -43,6 +63,8 @@ if TYPE_CHECKING:
 
 BATCH_PATH: Final = "/v1/batch"
 HEALTH_PATH: Final = "/v1/health"
+FORGET_PATH: Final = "/v1/forget"
+"""``POST`` a client id to delete its stored events (``django-spool forget``)."""
 GA4_PATH: Final = "/mp/collect"
 """GA4-shaped payloads (the ``ga4`` transport's requests); the query string is ignored."""
 
@@ -74,7 +96,16 @@ _REASONS: Final = {
 class Counters:
     """What this process's collector has seen since it started (for tests, the benchmark and the demo)."""
 
-    __slots__ = ("_lock", "accepted", "duplicates", "forward_dropped", "refused", "rejected", "requests")
+    __slots__ = (
+        "_lock",
+        "accepted",
+        "duplicates",
+        "forgotten",
+        "forward_dropped",
+        "refused",
+        "rejected",
+        "requests",
+    )
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -90,6 +121,8 @@ class Counters:
         """Events of well-formed requests refused (invalid, or over the per-client weekly cap)."""
         self.forward_dropped = 0
         """New events the forwarder's full queue refused."""
+        self.forgotten = 0
+        """Events deleted by ``POST /v1/forget``."""
 
     def add(self, **deltas: int) -> None:
         with self._lock:
@@ -105,6 +138,7 @@ class Counters:
                 "rejected": self.rejected,
                 "refused": self.refused,
                 "forward_dropped": self.forward_dropped,
+                "forgotten": self.forgotten,
             }
 
 
@@ -185,11 +219,29 @@ class Collector:
     :ivar counters: what it has seen since it started (:class:`Counters`).
     """
 
-    def __init__(self, store: Store, *, forward: Forwarder | None = None, policy: Policy | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        forward: Forwarder | None = None,
+        policy: Policy | None = None,
+        min_count: int = _public.MIN_COUNT,
+        retention: Retention | None = None,
+        public_ttl: float = _public.CACHE_SECONDS,
+    ) -> None:
         self.store = store
         self.forward = forward
         self.policy = policy or Policy()
         self.counters = Counters()
+        self.min_count = _public.check_min_count(min_count)
+        """The threshold of the public numbers at ``GET /`` and ``GET /v1/stats`` (:mod:`._public`)."""
+        self.public = _public.WeeksCache(store, ttl=public_ttl)
+        """The weeks behind ``GET /`` and ``GET /v1/stats``, at most ``public_ttl`` seconds old."""
+        self.retention = _rollup.check_retention(retention or Retention(), self.policy.max_age)
+        """How long raw events are kept and how often ingest starts a roll-up (:mod:`._rollup`)."""
+        self._rollup_lock = threading.Lock()
+        self._rollup_thread: threading.Thread | None = None
+        self._next_rollup = 0.0  # monotonic; the first batch starts one (a restarted collector catches up)
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         try:
@@ -228,6 +280,14 @@ class Collector:
                 if method != "GET":
                     raise _Refusal(405, "use GET", [("Allow", "GET")])
                 return 200, b'{"ok": true}', "application/json", []
+            if path == FORGET_PATH:
+                if method != "POST":
+                    raise _Refusal(405, "use POST", [("Allow", "POST")])
+                return self._forget(environ)
+            if path in _public.PATHS:
+                if method != "GET":
+                    raise _Refusal(405, "use GET", [("Allow", "GET")])
+                return _public.answer(path, self.public, min_count=self.min_count)
             raise _Refusal(404, "not found")
         except _Refusal as refusal:
             text = (refusal.reason + "\n").encode("utf-8", "backslashreplace")
@@ -252,6 +312,60 @@ class Collector:
         self._store(parse_ga4(_read_body(environ, GA4_MAX_BODY_BYTES), self.policy))
         return 204, b"", "", []  # what GA4 answers; the ga4 transport only looks for a 2xx
 
+    def _forget(self, environ: Environ) -> tuple[int, bytes, str, list[tuple[str, str]]]:
+        try:
+            _check_json_request(environ)
+            client_id = parse_forget(_read_body(environ, FORGET_MAX_BODY_BYTES))
+        except (_Refusal, BadRequest):
+            # Counted where the operator looks (collector stats), with no client id and nothing of the body; a
+            # database that cannot count it does not change the answer.
+            with contextlib.suppress(CollectorError):
+                self.store.insert([], refused={FORGET: 1}, now=self.policy.clock())
+            raise
+        deleted = self.store.forget(client_id)
+        self.counters.add(forgotten=deleted)
+        return 200, json.dumps({"deleted": deleted}).encode("ascii"), "application/json", []
+
+    # -- the roll-up ------------------------------------------------------------------------------------------
+
+    def rollup(self) -> _rollup.Done:
+        """Run a roll-up now, in this thread, with this collector's clock, maximum age and retention."""
+        return _rollup.rollup(
+            self.store, now=self.policy.clock(), max_age=self.policy.max_age, retention=self.retention
+        )
+
+    def _maybe_rollup(self) -> None:
+        """Start a roll-up in a background thread if none ran for ``rollup_every`` seconds in this process."""
+        every = self.retention.rollup_every
+        if every <= 0 or time.monotonic() < self._next_rollup:
+            return
+        with self._rollup_lock:
+            if time.monotonic() < self._next_rollup or (self._rollup_thread and self._rollup_thread.is_alive()):
+                return
+            self._next_rollup = time.monotonic() + every
+            # Started lazily, from a request: a pre-forking server's workers each get their own (threads do not
+            # survive a fork), and the lock in the database lets one of them work at a time.
+            thread = threading.Thread(target=self._background_rollup, name="spool_reporter-rollup", daemon=True)
+            self._rollup_thread = thread
+        thread.start()
+
+    def _background_rollup(self) -> None:
+        try:
+            self.rollup()
+        except CollectorError as exc:
+            if "is closed" not in str(exc):  # the application shut down meanwhile: nothing to report
+                _LOG.warning("collector: roll-up failed: %s", exc)
+        except Exception as exc:  # a thread must not die with a traceback that could hold row data
+            _LOG.warning("collector: roll-up failed (%s)", type(exc).__name__)
+
+    def wait_rollup(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds for a background roll-up of this process; ``True`` once none runs."""
+        thread = self._rollup_thread
+        if thread is not None:
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True
+
     def _store(self, parsed: Parsed) -> tuple[int, int]:
         """Store the rows and count the refusals (one transaction), hand the new rows to the forwarder;
         return (rows new, rows over the cap)."""
@@ -269,4 +383,5 @@ class Collector:
             refused=parsed.rejected + limited,
             forward_dropped=dropped,
         )
+        self._maybe_rollup()
         return added, limited

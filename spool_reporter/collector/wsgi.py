@@ -7,8 +7,9 @@
 
 ``SPOOL_REPORTER_COLLECTOR_DB`` (required) is the SQLite file or the ``postgresql://`` URL; the other
 settings are in :mod:`spool_reporter.collector._config` (maximum event age, per-client weekly cap, the
-applications and their commands). Forwarding to GA4 is on when both ``SPOOL_REPORTER_GA4_MEASUREMENT_ID``
-and ``SPOOL_REPORTER_GA4_API_SECRET`` are set. The schema is created or migrated when the application is
+applications and their commands, the retention). Forwarding to GA4 is on when both ``SPOOL_REPORTER_GA4_MEASUREMENT_ID``
+and ``SPOOL_REPORTER_GA4_API_SECRET`` are set. ``SPOOL_REPORTER_COLLECTOR_MIN_COUNT`` (default 10) is the
+fewest developers a public number may count. The schema is created or migrated when the application is
 first built (each gunicorn worker does it; a lock makes it happen once).
 """
 
@@ -19,8 +20,9 @@ import os
 from . import Collector, GA4Forwarder, make_app
 from ._config import DB_VARIABLE
 from ._config import from_environ as _settings
+from ._public import MIN_COUNT_VARIABLE
 
-__all__ = ["API_SECRET_VARIABLE", "DB_VARIABLE", "MEASUREMENT_ID_VARIABLE", "from_environ"]
+__all__ = ["API_SECRET_VARIABLE", "DB_VARIABLE", "MEASUREMENT_ID_VARIABLE", "MIN_COUNT_VARIABLE", "from_environ"]
 
 MEASUREMENT_ID_VARIABLE = "SPOOL_REPORTER_GA4_MEASUREMENT_ID"
 API_SECRET_VARIABLE = "SPOOL_REPORTER_GA4_API_SECRET"  # noqa: S105 - the variable's name, not a secret
@@ -29,10 +31,17 @@ API_SECRET_VARIABLE = "SPOOL_REPORTER_GA4_API_SECRET"  # noqa: S105 - the variab
 def from_environ(environ: dict[str, str] | None = None) -> Collector:
     """Build the application from ``environ`` (default :data:`os.environ`)."""
     env = dict(os.environ if environ is None else environ)
-    db, policy, limits = _settings(env)
+    settings = _settings(env)
     measurement_id, secret = env.get(MEASUREMENT_ID_VARIABLE, ""), env.get(API_SECRET_VARIABLE, "")
     forward = GA4Forwarder(measurement_id=measurement_id, api_secret=secret) if measurement_id and secret else None
-    return make_app(db, forward=forward, policy=policy, limits=limits)
+    return make_app(
+        settings.db,
+        forward=forward,
+        policy=settings.policy,
+        limits=settings.limits,
+        min_count=settings.min_count,
+        retention=settings.retention,
+    )
 
 
 def __getattr__(name: str) -> Collector:
