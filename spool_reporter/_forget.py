@@ -29,7 +29,6 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import argparse
     from collections.abc import Mapping
     from typing import Final
 
@@ -52,23 +51,6 @@ GOOGLE_HOSTS: Final = ("google-analytics.com", "analytics.google.com")
 """A ``ga4`` endpoint on one of these hosts (or a subdomain) is Google's own."""
 
 USER_DELETION_API: Final = "https://developers.google.com/analytics/devguides/config/userdeletion/v3"
-
-HELP: Final = "ask the collector to delete your events, then start over with a new client id"
-
-DESCRIPTION: Final = """\
-Ask the configured collector to delete every event stored under this machine's client id
-(POST /v1/forget), then replace the id with a new random one. Queued events are deleted
-first, so none of them leaves the machine. The request follows the flusher's rules: one
-deadline, verified HTTPS (plain HTTP only to loopback), proxies honoured.
-
-A collector keeps numbers of closed weeks that hold no client id (its roll-ups): those stay.
-GA4 and Universal Analytics offer no deletion through the Measurement Protocol: for them the
-id is replaced and the queue emptied, and the old id is printed for the property's owner, who
-can delete it with GA4's User Deletion API.
-
-Exit status 0 when the collector confirmed the deletion (or there is no client id to forget);
-1 when it did not: the destination cannot delete, the request failed, reporting is off, a
-flusher kept its lock. After a failed request the id is kept, so that forget can be run again."""
 
 
 class Result:
@@ -171,7 +153,7 @@ def forget(app: App, *, environ: Mapping[str, str] | None = None, send_while_off
     :mod:`spool_reporter._userconf`) for a config file that cannot be changed."""
     import os
 
-    from . import _consent, _event, _flush, _hook, _settings
+    from . import _consent, _event, _flush, _hook, _settings, _spool
     from ._spawn import FLUSHER_LOCK_NAME
 
     env = os.environ if environ is None else environ
@@ -182,17 +164,19 @@ def forget(app: App, *, environ: Mapping[str, str] | None = None, send_while_off
     old = (user or {}).get("client_id")
     old = old if old is not None and _event.is_uuid4(old) else None
 
-    import filelock
-
     lock = None
-    if os.path.isdir(path):
-        # As `flush` waits for a running flusher: none may send events of the old id while this runs.
-        lock = filelock.FileLock(
-            os.path.join(path, FLUSHER_LOCK_NAME), mode=0o600, timeout=tune.deadline + _flush.WATCHDOG_GRACE + 1
-        )
+    try:
+        folder: _spool.Folder | None = _spool.Folder(path, create=False)
+    except (FileNotFoundError, NotADirectoryError):
+        folder = None  # no spool folder yet: nothing queued, no flusher to wait for
+    if folder is not None:
+        # As `flush` waits for a running flusher: none may send events of the old id while this runs. The
+        # same descriptor-relative lock as the flusher's: nothing planted at the name is followed.
+        lock = _spool.FolderLock(folder, FLUSHER_LOCK_NAME, tune.deadline + _flush.WATCHDOG_GRACE + 1)
         try:
             lock.acquire()
-        except filelock.Timeout:
+        except _spool.LockTimeout:
+            folder.close()
             return Result("busy", "a flusher is still running (it kept its lock); try again")
     try:
         purged = _purge(path)
@@ -247,6 +231,8 @@ def forget(app: App, *, environ: Mapping[str, str] | None = None, send_while_off
     finally:
         if lock is not None:
             lock.release()
+        if folder is not None:
+            folder.close()
 
 
 def _replace(app: App, env: Mapping[str, str]) -> str:
@@ -262,45 +248,24 @@ def _replace(app: App, env: Mapping[str, str]) -> str:
 def _purge(path: str) -> int:
     """The flusher's purge (under the spool lock); 0 if the lock stays busy (the hook holds it for microseconds,
     a flusher for a rename: only a stuck process keeps it)."""
-    import filelock
-
-    from . import _flush
+    from . import _flush, _spool
 
     try:
         return _flush._purge(path)
-    except filelock.Timeout:
+    except _spool.LockTimeout:
         return 0
 
 
-# --- the command line (``django-spool forget``; wired in spool_reporter/cli.py) ------------------------------
+# --- the command line: ``django-spool forget`` (spool_reporter/cli.py's ``cmd_forget``) -------------------------
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``django-spool forget``."""
-    parser.add_argument(
-        "--send-while-off",
-        action="store_true",
-        help="send the deletion request even though reporting is off (it carries your client id only)",
-    )
-
-
-def command(args: argparse.Namespace, app: App, env: Mapping[str, str]) -> int:
-    """``django-spool forget``: print what happened; 0 if the collector confirmed the deletion, else 1."""
-    import sys
-
-    from ._userconf import ConfigError
-
-    try:
-        result = forget(app, environ=env, send_while_off=args.send_while_off)
-    except ConfigError as exc:
-        sys.stderr.write(f"django-spool: {exc}\n")
-        return 1
+def report(result: Result) -> tuple[str, str | None, int]:
+    """What ``forget`` prints for ``result``: (stdout text, stderr message or ``None``, exit status). Status 0
+    when the collector confirmed the deletion or there is no client id to forget, else 1."""
     queued = f"Deleted {result.purged} queued event{'' if result.purged == 1 else 's'}."
     if result.outcome == "forgotten":
-        sys.stdout.write(f"Forgotten: {result.message}.\n{queued}\nNew client id {result.new_id}.\n")
-        return 0
-    sys.stdout.write(queued + "\n")
+        return f"Forgotten: {result.message}.\n{queued}\nNew client id {result.new_id}.\n", None, 0
+    out = queued + "\n"
     if result.new_id is not None:
-        sys.stdout.write(f"New client id {result.new_id}.\n")
-    sys.stderr.write(f"django-spool: forget: {result.message}.\n")
-    return 0 if result.outcome == "no-id" else 1
+        out += f"New client id {result.new_id}.\n"
+    return out, f"forget: {result.message}.", 0 if result.outcome == "no-id" else 1

@@ -451,6 +451,23 @@ def cmd_reset_id(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_OK
 
 
+def cmd_forget(args: argparse.Namespace, ctx: Context) -> int:
+    from . import _forget
+    from ._userconf import ConfigError
+
+    _check_readable(ctx.app, ctx.env)
+    try:
+        result = _forget.forget(ctx.app, environ=ctx.env, send_while_off=args.send_while_off)
+    except ConfigError as exc:
+        raise CommandError(str(exc)) from exc
+    out, err, status = _forget.report(result)
+    sys.stdout.write(out)
+    if err is not None:
+        sys.stdout.flush()
+        _err(ctx.prog, err)
+    return status
+
+
 def _progress_printer(stream: TextIO) -> Callable[[int, int], None]:
     def show(done: int, total: int) -> None:
         stream.write(f"\rsent {done}/{total} events")
@@ -629,9 +646,31 @@ COMMANDS: Final[tuple[Command, ...]] = (
         help="start over with a new random client id",
         description="Replace the random client id (a uuid4 in your config file) with a new one.",
     ),
+    Command(
+        name="forget",
+        run=cmd_forget,
+        help="ask the collector to delete your events, then start over with a new client id",
+        description="Ask the configured collector to delete every event stored under this machine's client\n"
+        "id (POST /v1/forget), then replace the id with a new random one. Queued events are deleted\n"
+        "first, so none of them leaves the machine. The request follows the flusher's rules: one\n"
+        "deadline, verified HTTPS (plain HTTP only to loopback), proxies honoured. It is not sent\n"
+        "while reporting is off, unless --send-while-off.\n\n"
+        "A collector keeps numbers of closed weeks that hold no client id (its roll-ups): those stay.\n"
+        "GA4 and Universal Analytics offer no deletion through the Measurement Protocol: for them the\n"
+        "id is replaced and the queue emptied, and the old id is printed for the property's owner, who\n"
+        "can delete it with GA4's User Deletion API.\n\n"
+        "Exit status 0 when the collector confirmed the deletion (or there is no client id to forget);\n"
+        "1 when it did not: the destination cannot delete, the request failed, reporting is off, a\n"
+        "flusher kept its lock. After a failed request the id is kept, so that forget can be run again.",
+        options=(
+            Option(
+                ("--send-while-off",),
+                "send the deletion request even though reporting is off (it carries your client id only)",
+            ),
+        ),
+    ),
 )
-"""The management commands, in ``--help`` order. ``forget`` (delete my id at the collector) will be one more
-row: ``Command(name="forget", run=cmd_forget, help=..., description=...)``."""
+"""The management commands, in ``--help`` order."""
 
 
 # --- argparse -----------------------------------------------------------------------------------------

@@ -44,7 +44,9 @@ def test_version(sandbox: Sandbox) -> None:
     assert result.stdout == f"django-spool (spool_reporter) {__version__}\n"
 
 
-@pytest.mark.parametrize("command", [[], ["status"], ["enable"], ["disable"], ["flush"], ["purge"], ["reset-id"]])
+@pytest.mark.parametrize(
+    "command", [[], ["status"], ["enable"], ["disable"], ["flush"], ["purge"], ["reset-id"], ["forget"]]
+)
 def test_help_for_every_command(sandbox: Sandbox, command: list[str]) -> None:
     result = cli(sandbox, *command, "--help")
     assert result.returncode == 0

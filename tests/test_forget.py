@@ -145,11 +145,13 @@ def test_no_client_id_nothing_to_forget(sandbox: Sandbox, app: App) -> None:
 
 
 def test_ga4_cannot_delete_and_says_so(sandbox: Sandbox, app: App) -> None:
-    env = {**sandbox.env, "DJANGO_ANALYTICS_TRANSPORT": "ga4"}
+    # Google's endpoint comes from the config file alone (not the sandbox's), and nothing is ever sent to it.
+    env = {k: v for k, v in sandbox.env.items() if k != "DJANGO_ANALYTICS_ENDPOINT"}
+    env["DJANGO_ANALYTICS_TRANSPORT"] = "ga4"
     sandbox.write_user(
         app, "endpoint=https://www.google-analytics.com/mp/collect\nmeasurement_id=G-TEST\napi_secret=s3cret\n"
     )
-    fill(app, sandbox.env, 2)  # records with no endpoint in the environment: nothing is sent
+    fill(app, sandbox.env, 2)  # queued (for the sandbox's destination, never reached)
     old = client_id(sandbox, app)
     result = forget(app, environ=env)  # no request is made to Google at all
     assert result.outcome == "cannot"
@@ -190,3 +192,65 @@ def test_ga4_pointed_at_the_collector_forgets_there(sandbox: Sandbox, app: App, 
 def test_where_forget_goes(transport: str, endpoint: str, expected: str | None) -> None:
     destination = Destination(transport=transport, endpoint=endpoint, source="user")
     assert forget_url(destination) == expected
+
+
+# --- `django-spool forget`, as a real process ---------------------------------------------------------------
+
+
+def test_the_command_forgets_at_the_collector(sandbox: Sandbox, app: App, tmp_path: Path) -> None:
+    from test_cli import cli
+
+    with serve(str(tmp_path / "c.sqlite3")) as collector:
+        env = with_destination(sandbox.env, collector.url)
+        old = sent_and_queued(sandbox, app, env, sent=4, queued=2)
+        done = cli(sandbox, "forget", env=env)
+        assert collector.app.store.count() == (0, 0)
+    new = client_id(sandbox, app)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == (
+        f"Forgotten: the collector at {collector.url.replace('/batch', '/forget')} deleted 4 events of your client "
+        "id; it keeps only numbers of closed weeks, which hold no client id.\n"
+        f"Deleted 2 queued events.\nNew client id {new}.\n"
+    )
+    assert new != old
+    assert sandbox.spool_lines(app) == []
+
+
+def test_the_command_says_why_it_failed_in_one_line(sandbox: Sandbox, app: App) -> None:
+    from test_cli import cli
+
+    port = RefusedPort()
+    try:
+        env = with_destination(sandbox.env, port.url())
+        fill(app, env, 1)
+        old = client_id(sandbox, app)
+        failed = cli(sandbox, "forget", env=env)
+    finally:
+        port.close()
+    assert failed.returncode == 1
+    assert failed.stdout == "Deleted 1 queued event.\n"
+    (line,) = failed.stderr.splitlines()
+    assert line.startswith("django-spool: forget: the collector at ")
+    assert line.endswith("; your client id is kept, so that forget can be run again.")
+    assert client_id(sandbox, app) == old
+
+
+def test_a_link_planted_at_the_flusher_lock_is_not_followed(sandbox: Sandbox, app: App, tmp_path: Path) -> None:
+    """Forget waits for the flusher's lock as the flusher takes it, through the folder's descriptor: a symlink
+    planted at ``flusher.lock`` is set aside, and the file it points at is not touched. (filelock 4.3 refuses to
+    follow it too; older versions opened the target with ``O_TRUNC``.)"""
+    from spool_reporter._spawn import FLUSHER_LOCK_NAME
+
+    with Server("healthy") as server:
+        env = with_destination(sandbox.env, server.url())
+        fill(app, env, 1)
+        victim = tmp_path / "victim.txt"
+        victim.write_text("keep me\n")
+        lock = sandbox.state_dir(app) / FLUSHER_LOCK_NAME
+        lock.unlink(missing_ok=True)
+        lock.symlink_to(victim)
+        result = forget(app, environ=env)
+    assert result.outcome == "forgotten", result.message
+    assert victim.read_text() == "keep me\n"
+    assert not lock.is_symlink()  # replaced by a lock file of ours
+    assert lock.is_file()
