@@ -11,10 +11,13 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import pg
 import pytest
 import urllib3
+from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
 from test_collector import batch, event, post
 from test_collector_processes import _cli, start_server
+from test_collector_stores import BACKENDS
 
 from spool_reporter.collector import MIN_COUNT, CollectorError, CollectorServer, make_app, publish, serve, stats
 from spool_reporter.collector._cli import register
@@ -50,10 +53,15 @@ def fill(url: str, times: list[str]) -> list[dict[str, object]]:
     return events
 
 
-@pytest.fixture
-def public(tmp_path: Path) -> Iterator[tuple[CollectorServer, Path]]:
-    """A real embedded collector on loopback and its database, filled by :func:`fill` over three weeks."""
-    db = tmp_path / "collector.sqlite3"
+@pytest.fixture(params=BACKENDS)
+def public(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[CollectorServer, Path | str]]:
+    """A real embedded collector on loopback and its database (SQLite, and PostgreSQL where it can run), filled
+    by :func:`fill` over three weeks."""
+    if request.param == "sqlite":
+        db: Path | str = tmp_path / "collector.sqlite3"
+    else:
+        server: pg.Server = request.getfixturevalue("pg_server")
+        db = server.url()
     with serve(db) as srv:
         fill(srv.url, recent_week_times(3))
         yield srv, db
@@ -63,7 +71,7 @@ def _base(server: CollectorServer) -> str:
     return server.url.removesuffix("/v1/batch")
 
 
-def test_v1_stats_is_the_public_document(public: tuple[CollectorServer, Path]) -> None:
+def test_v1_stats_is_the_public_document(public: tuple[CollectorServer, Path | str]) -> None:
     server, db = public
     response = HTTP.request("GET", _base(server) + "/v1/stats")
     assert response.status == 200
@@ -86,7 +94,7 @@ def test_v1_stats_is_the_public_document(public: tuple[CollectorServer, Path]) -
     assert [w["developers"] for w in full["weeks"]] == [45, 6, 45]  # type: ignore[index]
 
 
-def test_page_is_served_with_its_policy(public: tuple[CollectorServer, Path]) -> None:
+def test_page_is_served_with_its_policy(public: tuple[CollectorServer, Path | str]) -> None:
     server, _ = public
     response = HTTP.request("GET", _base(server) + "/")
     assert response.status == 200
@@ -100,7 +108,7 @@ def test_page_is_served_with_its_policy(public: tuple[CollectorServer, Path]) ->
     assert "3.2" not in page
 
 
-def test_public_paths_take_get_only(public: tuple[CollectorServer, Path]) -> None:
+def test_public_paths_take_get_only(public: tuple[CollectorServer, Path | str]) -> None:
     server, _ = public
     for path in ("/", "/v1/stats"):
         response = HTTP.request("POST", _base(server) + path, body=b"{}", headers={"Content-Type": "application/json"})
