@@ -12,6 +12,7 @@ sends names a real loopback server instead (``servers.with_destination``).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -27,6 +28,12 @@ from spool_reporter._consent import CI_VARIABLES
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE_FROM_CHECKOUT = Path(spool_reporter.__file__).resolve().parent.parent == REPO
 """True when the tests import the checkout (``python -m pytest``), false under nox (installed package)."""
+
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    # A shell that starts the tests in the background without job control ignores SIGINT, and an ignored signal
+    # is inherited through exec: the commands the tests start (runserver, stopped with Ctrl-C as a terminal
+    # would) would then never see it. A handled signal is reset to the default in a child, so handle it here.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _STRIP_PREFIXES = ("DJANGO_", "SPOOL_REPORTER_", "XDG_")
 _STRIP = {
