@@ -39,6 +39,12 @@ _CONFIG_WRITE_FLAGS: "Final" = (
 )
 """Append-only, never through a symlink, and never blocking on a FIFO planted at the path."""
 
+CONFIG_LOCK_WAIT_SECONDS: "Final" = 0.1
+"""How long a first run waits for another command's lock on the config file. The holder reads and appends a
+line (microseconds), but on a busy machine it can be descheduled for longer than the spool's 5 ms, and a
+first run that gives up records nothing. This is paid at most on a user's first run or a new notice, never
+on the every-command path."""
+
 
 def create_client_id(app: "App", environ: "Mapping[str, str]", *, notice: bool = False) -> "tuple[str, bool] | None":
     """The client id, created on first use, and whether the notice is due now: ``(id, show)``, or ``None`` if the
@@ -57,7 +63,7 @@ def create_client_id(app: "App", environ: "Mapping[str, str]", *, notice: bool =
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONFIG_BYTES:
             return None
-        if not take_lock(fd):
+        if not take_lock(fd, CONFIG_LOCK_WAIT_SECONDS):
             return None
         data = os.pread(fd, MAX_CONFIG_BYTES + 1, 0)
         values = parse(data)
