@@ -22,14 +22,14 @@ TEST_DEPS = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "trustme>=
 pillow reads the public page's screenshots in tests/test_public_browser.py."""
 
 
-DJANGO_MATRIX = [
-    (python, django)
-    for python in PYTHONS
+DJANGO_SERIES: dict[str, tuple[str, ...]] = {
     # Django 4.2 LTS and 5.2 LTS run on 3.10-3.13; 6.0 and 6.1 need Python 3.12 or newer (6.1: 3.12-3.15).
     # Python 3.10 and Django 4.2 reached their end of life in 2026: kept while they cost nothing (docs/django.md).
-    for django in (("4.2", "5.2") if python in ("3.10", "3.11") else ("5.2", "6.0", "6.1"))
-]
-"""The (Python, Django) pairs of the ``django`` session; ``tests/integration/test_django.py`` installs that Django."""
+    python: ("4.2", "5.2") if python in ("3.10", "3.11") else ("5.2", "6.0", "6.1")
+    for python in PYTHONS
+}
+"""The Django series the ``django`` session tests on each Python; ``tests/integration/test_django.py`` installs
+each one in a throw-away virtual environment."""
 
 
 def _present(version: str) -> bool:
@@ -58,19 +58,27 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "-m", marker, *session.posargs, env={"PYTHONHASHSEED": "0"})
 
 
-@nox.session
-@nox.parametrize(
-    ("python", "django"), DJANGO_MATRIX, ids=[f"{python}-django{django}" for python, django in DJANGO_MATRIX]
-)
-def django(session: nox.Session, django: str) -> None:
-    """Real Django commands in throw-away virtual environments with the built wheel (and an editable install)."""
+@nox.session(python=PYTHONS)
+def django(session: nox.Session) -> None:
+    """Real Django commands in throw-away virtual environments with the built wheel (and an editable install),
+    once per Django series of ``DJANGO_SERIES`` on this Python; every series runs even after one failed."""
     # hatchling and editables: the tests build the wheel and the editable install without build isolation.
-    session.install(".", *TEST_DEPS, "hatchling>=1.25", "editables>=0.5")
-    env = {"PYTHONHASHSEED": "0", "SPOOL_REPORTER_TEST_DJANGO": django}
-    # An editable install does not depend on the Django version: test it with one Django per Python (saves ~7 s).
-    first = next(d for p, d in DJANGO_MATRIX if p == session.python)
-    env["SPOOL_REPORTER_TEST_EDITABLE"] = "1" if django == first else "0"
-    session.run("pytest", "-m", "django", "tests/integration", *session.posargs, env=env)
+    session.install(".", "pytest>=8", "pytest-timeout>=2.3", "hatchling>=1.25", "editables>=0.5")
+    assert session.python in DJANGO_SERIES
+    failed = []
+    for i, series in enumerate(DJANGO_SERIES[str(session.python)]):
+        # An editable install does not depend on the Django version: test it with the first series only.
+        env = {
+            "PYTHONHASHSEED": "0",
+            "SPOOL_REPORTER_TEST_DJANGO": series,
+            "SPOOL_REPORTER_TEST_EDITABLE": str(int(i == 0)),
+        }
+        try:
+            session.run("pytest", "-m", "django", "tests/integration", *session.posargs, env=env)
+        except nox.command.CommandFailed:
+            failed.append(series)
+    if failed:
+        session.error(f"Django {', '.join(failed)} failed on Python {session.python}")
 
 
 @nox.session(python=TOOLS_PYTHON)

@@ -65,6 +65,10 @@ LOG_FILE_BYTES: Final = 32 * 1024
 LOG_TAIL_LINES: Final = 20
 """Lines of the log :func:`read_state` returns."""
 
+DEADLINE_SLACK: Final = 0.05
+"""A request that ends in a timeout this close to the deadline (or later) is reported as the deadline's: the
+per-request timeouts are clamped to what is left of it (urllib3's own rounding makes up the slack)."""
+
 MAX_RESPONSE_BYTES: Final = 4096
 """Response bytes read at most (no content decoding): enough for the collector's answer or an error text."""
 
@@ -516,7 +520,9 @@ class _Sender:
         worker.join(left)
         status = box.get("status")
         if not isinstance(status, int):
-            if worker.is_alive():
+            # A timeout that urllib3 raised at the deadline is the deadline's doing: its per-read timeout was
+            # clamped to what was left, so the worker can end a moment before `join` would have.
+            if worker.is_alive() or time.monotonic() >= self._deadline - DEADLINE_SLACK:
                 return Answer(error=f"no answer within the {self._tune.deadline:g}s deadline")
             return Answer(error=str(box.get("error", "no answer")))
         body = box.get("body")

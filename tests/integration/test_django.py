@@ -2,7 +2,8 @@
 
 Every test runs ``django-admin``, ``python manage.py`` or ``python -m django`` as a subprocess, in its own
 home (``Sandbox``), with an environment cleaned of CI markers and opt-outs, and reads the spool afterwards.
-``nox -s django`` runs this module over Django 4.2 / 5.2 / 6.0 (``SPOOL_REPORTER_TEST_DJANGO``).
+``nox -s django`` runs this module once per Django series (4.2, 5.2, 6.0, 6.1) that the Python supports
+(``SPOOL_REPORTER_TEST_DJANGO``).
 """
 
 from __future__ import annotations
