@@ -32,8 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import publish
 
-from spool_reporter._app import django_app
-from spool_reporter._hook import FLUSHER_ENV, record_event
+from spool_reporter._hook import FLUSHER_ENV, django_app, record_event
 from spool_reporter._spawn import _popen, nice_command, spawn_spec
 
 WALL_BUDGET_S = 2.0  # MISSION.md: 10,000 queued events delivered

@@ -13,8 +13,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ._app import App
-    from ._consent import Decision
+    from ._hook import App, Decision
 
 __all__ = [
     "App",
@@ -54,7 +53,7 @@ def record(
     :param environ: the environment to read switches from (default: :data:`os.environ`).
     """
     try:
-        from ._hot import record_event
+        from ._hook import record_event
 
         return record_event(event, app=app, notice=notice, long_lived=long_lived, environ=environ)
     except Exception:
@@ -63,7 +62,7 @@ def record(
 
 def decide(app: "App", environ: "Mapping[str, str] | None" = None) -> "Decision":
     """Whether reporting is on for ``app`` here and now, and which rule decided it. Reads two small files."""
-    from ._hot import current
+    from ._hook import current
 
     return current(app, environ)
 
@@ -71,11 +70,11 @@ def decide(app: "App", environ: "Mapping[str, str] | None" = None) -> "Decision"
 def __getattr__(name: "str") -> "object":
     # PEP 562: load the rest of the doorway on first use.
     if name == "App":
-        from ._hot import App
+        from ._hook import App
 
         return App
     if name == "Decision":
-        from ._hot import Decision
+        from ._hook import Decision
 
         return Decision
     if name == "__version__":

@@ -1,55 +1,11 @@
-"""Consent: one pure decision, with the rule that made it.
+"""Consent in words: why reporting is on or off, as ``status``, ``enable``, ``flush`` and ``forget`` say it.
 
-The order, first match wins (docs/consent.md explains each rule):
-
-1. ``<P>_NO_ANALYTICS`` set (not empty, not ``0``)            -> off  ``env:<P>_NO_ANALYTICS``
-2. ``DO_NOT_TRACK`` set (not empty, not ``0``)                 -> off  ``env:DO_NOT_TRACK``
-3. the system policy cannot be trusted                          -> off  ``policy:unreadable``
-4. the system policy says ``disable=1``                         -> off  ``policy:disable``
-5. the user file cannot be trusted                              -> off  ``user:unreadable``
-6. the user file says ``disable=1``                             -> off  ``user:disable``
-7. the user file says ``disable=0`` (``enable`` writes it)      -> on   ``user:enable``
-   ... and ``mode=local`` (``enable --local`` writes both)      -> on, local  ``user:local``
-8. a CI environment                                             -> off  ``ci:<VAR>``
-9. the system policy says ``default=off`` (opt-in mode)         -> off  ``policy:opt-in``
-10. the user file says ``mode=local``                           -> on, local  ``user:local``
-11. the system policy says ``default=local``                    -> on, local  ``policy:local``
-12. otherwise (DEP 8's opt-out)                                 -> on   ``default``
-
-"Local" means recorded and kept on this machine, never sent: no flusher starts, ``flush`` sends nothing, and
-:func:`~._settings.resolve` finds no destination to send to. A sending "on" (rules 7 and 12) needs a
-destination: when neither ``<P>_ANALYTICS_ENDPOINT``, the user file, the policy nor the
-:class:`~spool_reporter.App` names an endpoint, nothing could ever be sent, so nothing is recorded -> off
-``destination:none``.
-
-The system policy is the first ``<config_name>`` file found in the system configuration folders, in order
-(Linux: every entry of ``$XDG_CONFIG_DIRS``, default ``/etc/xdg``). ``disable=`` with an empty value or ``0``
-does not disable, in the policy as in the user file.
-
-The code lives in :mod:`spool_reporter._hot`, the one module the hook path imports; this module names it.
-It adds the wording ``status`` prints.
+The decision itself is :func:`spool_reporter._hook.decide`, one pure function the hook runs in every reported
+command; its rules, first match wins, are listed beside it and explained on docs/consent.md. Each rule has a
+reason code (``env:DO_NOT_TRACK``, ``user:disable``, ``destination:none``...), and :data:`REASON_TEXT` words it.
 """
 
 from __future__ import annotations
-
-from ._hot import (
-    CI_VARIABLES,
-    HARD_OFF_REASONS,
-    MODE_LOCAL,
-    MODE_OPT_IN,
-    MODE_OPT_OUT,
-    NOTICE_VERSION,
-    Decision,
-    current,
-    decide,
-    policy_path,
-    policy_paths,
-    read_inputs,
-    read_policy,
-    seen_notice_version,
-    user_config_path,
-)
-from ._hot import _truthy as _truthy  # noqa: PLC0414 - re-exported for the cold path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -57,23 +13,8 @@ if TYPE_CHECKING:
     from typing import Final
 
 __all__ = [
-    "policy_paths",
-    "read_policy",
-    "CI_VARIABLES",
-    "Decision",
-    "HARD_OFF_REASONS",
-    "MODE_LOCAL",
-    "MODE_OPT_IN",
-    "MODE_OPT_OUT",
-    "NOTICE_VERSION",
-    "REASON_TEXT",
-    "current",
-    "decide",
     "explain",
-    "policy_path",
-    "read_inputs",
-    "seen_notice_version",
-    "user_config_path",
+    "REASON_TEXT",
 ]
 
 

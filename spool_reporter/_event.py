@@ -20,16 +20,12 @@ field                  meaning                                     example
 ``time``               when it happened, UTC, whole seconds         ``"2026-12-03T08:15:48Z"``
 =====================  ==========================================  ==========================
 
-Nothing else is ever recorded: no argument, path, host name, user name or environment value.
-``uuid`` and ``platform`` cost ~1 ms to import, more than the hook's whole budget, so uuid4 and the OS facts
-are computed here with :func:`os.urandom`, :func:`os.uname` and :data:`sys.implementation`; the tests check
-them against :mod:`uuid` and :mod:`platform`.
-
-The code lives in :mod:`spool_reporter._hot`, the one module the hook path imports; this module names it.
-It adds the one validator that both sides apply (:func:`check`, :func:`validate`): the flusher before it
-sends (``spool_reporter/_spool.py`` reads every spooled line through it, and the ``json`` transport checks the
-time window), the collector for each event it receives (``spool_reporter/collector/_wire.py``). A value is
-judged against a vocabulary, not only a length:
+Nothing else is ever recorded: no argument, path, host name, user name or environment value. The hook builds the
+line (:func:`spool_reporter._hook.build_line`, without importing :mod:`json`, :mod:`uuid` or :mod:`platform`). This
+module holds the allowlist and the one validator that both sides apply (:func:`check`, :func:`validate`): the
+flusher before it sends (``spool_reporter/_spool.py`` reads every spooled line through it, and the ``json``
+transport checks the time window), the collector for each event it receives
+(``spool_reporter/collector/_wire.py``). A value is judged against a vocabulary, not only a length:
 
 - every string is printable ASCII of at most :data:`MAX_VALUE` characters;
 - ``event_id`` and ``client_id`` are canonical uuid4s; ``event`` is a name GA4 would accept (and, at the
@@ -52,20 +48,12 @@ from __future__ import annotations
 import datetime
 import re
 
-from ._hot import (
-    _ARCH,
+from ._hook import (
+    ARCH,
     MAX_NAME,
     SCHEMA_VERSION,
-    build_line,
     format_user_agent,
-    is_event_name,
-    is_uuid4,
-    iso_time,
-    platform_facts,
-    user_agent,
-    uuid4,
 )
-from ._hot import _quote as _quote  # noqa: PLC0414 - re-exported for the cold path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -76,6 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ARCHITECTURES",
+    "check",
     "DJANGO_COMMANDS",
     "FIELDS",
     "MAX_AGE_SECONDS",
@@ -84,19 +73,9 @@ __all__ = [
     "MAX_VALUE",
     "OS_FAMILIES",
     "OTHER",
+    "parse_time",
     "PYTHON_IMPLEMENTATIONS",
     "REASONS",
-    "SCHEMA_VERSION",
-    "build_line",
-    "check",
-    "format_user_agent",
-    "is_event_name",
-    "is_uuid4",
-    "iso_time",
-    "parse_time",
-    "platform_facts",
-    "user_agent",
-    "uuid4",
     "validate",
     "window_problem",
 ]
@@ -130,13 +109,13 @@ OTHER: Final = "other"
 """The value the hook sends for an implementation, OS family or architecture outside the vocabularies."""
 
 PYTHON_IMPLEMENTATIONS: Final = frozenset({"CPython", "PyPy", "GraalPy", OTHER})
-"""``sys.implementation.name`` as the hook names it (``spool_reporter/_hot.py``, ``_python``)."""
+"""``sys.implementation.name`` as the hook names it (``spool_reporter/_hook.py``, ``_python``)."""
 
 OS_FAMILIES: Final = frozenset({"Linux", "macOS", "Windows", "FreeBSD", "OpenBSD", "NetBSD", OTHER})
-"""The OS families the hook names (``spool_reporter/_hot.py``, ``_os``); anything else is ``"other"``."""
+"""The OS families the hook names (``spool_reporter/_hook.py``, ``_os``); anything else is ``"other"``."""
 
-ARCHITECTURES: Final = frozenset({*_ARCH.values(), OTHER})
-"""The hook's folded machine names (``spool_reporter/_hot.py``, ``_ARCH``); anything else is ``"other"``."""
+ARCHITECTURES: Final = frozenset({*ARCH.values(), OTHER})
+"""The hook's folded machine names (``spool_reporter/_hook.py``, ``ARCH``); anything else is ``"other"``."""
 
 DJANGO_COMMANDS: Final = frozenset(("startproject", "startapp", "runserver"))
 """DEP 8's three commands: the Django integration's rules table (``spool_reporter/django/_rules.py``,

@@ -1,33 +1,24 @@
 """The first run: creating the client id and the one-time notice.
 
 Imported by the hook only when the user's config file has no client id yet (once per user), so that the
-hook's every-command path (:mod:`spool_reporter._hot`) does not carry this code.
+hook's every-command path (:mod:`spool_reporter._hook`) does not carry this code.
 """
 
-# Like _hot, this runs inside the user's command (its first one): no `from __future__ import annotations`, and
+# Like _hook, this runs inside the user's command (its first one): no `from __future__ import annotations`, and
 # typing, collections.abc and the App type only for the type checker -- a plain command line has not imported
 # them, and together they cost it several milliseconds.
 
 import os
 import stat
 
-from ._hot import (
-    MAX_CONFIG_BYTES,
-    is_uuid4,
-    make_dirs,
-    parse,
-    seen_notice_version,
-    take_lock,
-    user_config_path,
-    uuid4,
-)
+from ._hook import MAX_CONFIG_BYTES, is_uuid4, make_dirs, parse, seen_notice_version, take_lock, user_config_path, uuid4
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Final
 
-    from ._hot import App
+    from ._hook import App
 
 _CONFIG_WRITE_FLAGS: "Final" = (
     os.O_RDWR

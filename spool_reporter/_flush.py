@@ -42,9 +42,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
-from . import _consent, _hook, _hot, _settings, _spool
-from ._app import App
-from ._spawn import FLUSHER_LOCK_FD_ENV, FLUSHER_LOCK_NAME, GATE_NAME
+from . import _consent, _hook, _settings, _spool
+from ._hook import FLUSHER_LOCK_FD_ENV, FLUSHER_LOCK_NAME, GATE_NAME, App
 from .transports import Batch, Event, Request, transport_for
 
 if TYPE_CHECKING:
@@ -174,11 +173,11 @@ class FlushState:
 
 # --- files in the spool folder -------------------------------------------------------------------------
 
-_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
-_O_NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
-_APPEND_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
-_READ_FLAGS: Final = os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
+O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
+O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+O_NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
+_APPEND_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK
+READ_FLAGS: Final = os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK
 
 
 def _read_small(folder: _spool.Folder, name: str, limit: int) -> bytes | None:
@@ -201,12 +200,12 @@ def _log(folder: _spool.Folder, line: str) -> None:
     """Append one line to the bounded log (rotating at :data:`LOG_FILE_BYTES`). Never raises."""
     data = (line.replace("\n", " ")[:500] + "\n").encode("ascii", "replace")
     try:
-        fd, st = _spool.open_ours(folder, LOG_NAME, _APPEND_FLAGS)
+        fd, st = _hook.open_ours(folder, LOG_NAME, _APPEND_FLAGS)
         if st.st_size + len(data) > LOG_FILE_BYTES:
             os.close(fd)
             _spool.set_aside(folder, LOG_OLD_NAME)  # a folder planted there would stop the rotation for good
             folder.rename(LOG_NAME, LOG_OLD_NAME)
-            fd = _spool.open_ours(folder, LOG_NAME, _APPEND_FLAGS)[0]
+            fd = _hook.open_ours(folder, LOG_NAME, _APPEND_FLAGS)[0]
         try:
             os.write(fd, data)
         finally:
@@ -596,7 +595,7 @@ class _Run:
         """The spool lock, waited for at most :data:`SPOOL_LOCK_TIMEOUT` and never past the deadline plus
         :data:`SETTLE_SECONDS` (then :class:`~._spool.LockTimeout`): the watchdog comes after that."""
         left = self.deadline + SETTLE_SECONDS - time.monotonic()
-        return _spool.FolderLock(self.folder, _spool.LOCK_NAME, max(0.0, min(SPOOL_LOCK_TIMEOUT, left)))
+        return _spool.FolderLock(self.folder, _hook.LOCK_NAME, max(0.0, min(SPOOL_LOCK_TIMEOUT, left)))
 
     def secretless(self, text: str) -> str:
         secret = self.destination.api_secret
@@ -609,13 +608,13 @@ class _Run:
                 _log(self.folder, f"{_iso(_now())} pid={os.getpid()} {note}")
             _spool.seal_active(self.folder)
             for name, _, size in self.folder.segments():
-                if size > _spool.HUGE_ACTIVE_BYTES:  # damaged: whole lines are kept, overlong ones counted
+                if size > _hook.HUGE_ACTIVE_BYTES:  # damaged: whole lines are kept, overlong ones counted
                     kept, bad = _spool.recut(self.folder, name)
                     _log(self.folder, f"{_iso(_now())} pid={os.getpid()} re-cut {name}: {kept} lines kept, {bad} bad")
             _spool.enforce_caps(
                 self.folder,
-                _cap(self.user, "max_events", _spool.MAX_EVENTS),
-                _cap(self.user, "max_bytes", _spool.MAX_BYTES),
+                _cap(self.user, "max_events", _hook.MAX_EVENTS),
+                _cap(self.user, "max_bytes", _hook.MAX_BYTES),
             )
             return self.folder.segments()
 
@@ -635,8 +634,8 @@ class _Run:
                 data = b"".join(
                     json.dumps(e, separators=(",", ":"), ensure_ascii=True).encode("ascii") + b"\n" for e in keep
                 )
-                prefix = name[: -len(_spool.SEGMENT_SUFFIX)].rsplit("-", 2)[0]  # keeps its place in the order
-                new = f"{prefix}-{os.getpid()}-{len(keep)}{_spool.SEGMENT_SUFFIX}"
+                prefix = name[: -len(_hook.SEGMENT_SUFFIX)].rsplit("-", 2)[0]  # keeps its place in the order
+                new = f"{prefix}-{os.getpid()}-{len(keep)}{_hook.SEGMENT_SUFFIX}"
                 tmp = _spool.write_new(self.folder, new, data)
                 self.folder.rename(tmp, new)
                 if new != name:
@@ -654,12 +653,12 @@ class _Run:
 
     def _send_segment(self, name: str, count: int, total: int, done_before: int) -> tuple[Answer | None, int]:
         try:
-            data = self.folder.read_bytes(name, _spool.HUGE_ACTIVE_BYTES + 1)
+            data = self.folder.read_bytes(name, _hook.HUGE_ACTIVE_BYTES + 1)
         except FileNotFoundError:
             return None, 0
         except OSError:
             data = None
-        if data is None or len(data) > _spool.HUGE_ACTIVE_BYTES:
+        if data is None or len(data) > _hook.HUGE_ACTIVE_BYTES:
             # Replaced since the claim by something that is not a segment of ours: it never leaves the machine.
             with self.spool_lock:
                 _spool.set_aside(self.folder, name)
@@ -743,7 +742,7 @@ def _record(
     }
     try:
         _spool.replace_file(folder, STATE_NAME, json.dumps(new, sort_keys=True).encode("ascii") + b"\n")
-        _spool.touch(folder, GATE_NAME, next_retry if next_retry is not None else now)
+        _hook.touch(folder, GATE_NAME, next_retry if next_retry is not None else now)
     except OSError:
         pass
     return next_retry
@@ -752,9 +751,9 @@ def _record(
 def _purge(path: str) -> int:
     try:
         folder = _spool.Folder(path, create=False)
-    except (FileNotFoundError, NotADirectoryError, _spool.SpoolError):
+    except (FileNotFoundError, NotADirectoryError, _hook.SpoolError):
         return 0
-    with folder, _spool.FolderLock(folder, _spool.LOCK_NAME, SPOOL_LOCK_TIMEOUT):
+    with folder, _spool.FolderLock(folder, _hook.LOCK_NAME, SPOOL_LOCK_TIMEOUT):
         return _spool.purge(folder)
 
 
@@ -812,8 +811,8 @@ def _run(
 ) -> FlushResult:
     tune = _settings.tuning(env)
     path = _hook.state_dir(app, env)
-    user, policy = _consent.read_inputs(app, env)
-    decision = _consent.decide(app, env, user, policy)
+    user, policy = _hook.read_inputs(app, env)
+    decision = _hook.decide(app, env, user, policy)
     if not decision.enabled:
         purged = _purge(path) if decision.hard_off else 0
         return FlushResult(
@@ -837,7 +836,7 @@ def _run(
                 # just to find that out again. Fixing the setting takes effect within the hour (or at once
                 # with `django-spool flush`).
                 with contextlib.suppress(OSError):
-                    _spool.touch(folder, GATE_NAME, _now() + min(NO_ENDPOINT_RETRY, tune.backoff_cap))
+                    _hook.touch(folder, GATE_NAME, _now() + min(NO_ENDPOINT_RETRY, tune.backoff_cap))
             return FlushResult(outcome="no-endpoint", remaining=_spool.count_queued(folder), message=resolved.reason)
         inherited = None if foreground else _inherited_lock(env, folder)
         if inherited is not None:  # started by the hook, which handed over flusher.lock already locked
@@ -881,7 +880,7 @@ def _inherited_lock(env: Mapping[str, str], folder: _spool.Folder) -> int | None
         if (st.st_dev, st.st_ino) != (ours.st_dev, ours.st_ino):
             return None
         # Re-locking through the same open file description succeeds only if we (the description) hold it.
-        if not _spool._try_lock(fd):
+        if not _hook.try_lock(fd):
             return None
     except OSError:
         return None
@@ -902,7 +901,7 @@ def _run_locked(
 ) -> FlushResult:
     if not ignore_backoff:
         gate = _gate(folder)
-        if gate is not None and _hot.backing_off(gate, _now()):
+        if gate is not None and _hook.backing_off(gate, _now()):
             return FlushResult(
                 outcome="failed",
                 remaining=_spool.count_queued(folder),
@@ -969,9 +968,9 @@ class _ReadOnly:
     def __init__(self, path: str) -> None:
         self.path = path
         self.fd: int | None = None
-        if _hot._DIR_FD:
+        if _hook.DIR_FD:
             try:
-                self.fd = _spool.open_dirs(path, create=False, own=_hot.OWN_LEVELS, tighten=False)
+                self.fd = _spool.open_dirs(path, create=False, own=_hook.OWN_LEVELS, tighten=False)
             except OSError:
                 self.usable = False
                 return
@@ -1001,13 +1000,13 @@ class _ReadOnly:
             return b""
         try:
             if self.fd is not None:
-                fd = os.open(name, _READ_FLAGS, dir_fd=self.fd)
+                fd = os.open(name, READ_FLAGS, dir_fd=self.fd)
             else:  # pragma: no cover - Windows
-                fd = os.open(os.path.join(self.path, name), _READ_FLAGS)
+                fd = os.open(os.path.join(self.path, name), READ_FLAGS)
         except OSError:
             return b""
         try:
-            if not _spool._trusted_file(os.fstat(fd)):
+            if not _hook.trusted_file(os.fstat(fd)):
                 return b""
             chunks = []
             while limit > 0:
@@ -1029,8 +1028,8 @@ def _read_only_files(path: str) -> list[bytes]:
     with _ReadOnly(path) as folder:
         names = folder.names()
         ordered = sorted(n for n in names if _spool.segment_count(n) is not None)
-        if _spool.ACTIVE_NAME in names:
-            ordered.append(_spool.ACTIVE_NAME)
+        if _hook.ACTIVE_NAME in names:
+            ordered.append(_hook.ACTIVE_NAME)
         return [data for data in (folder.read(name, _spool.SCAN_LIMIT) for name in ordered) if data]
 
 
@@ -1051,8 +1050,8 @@ def plan(app: App, *, environ: Mapping[str, str] | None = None) -> Plan:
             if _event_id(event) not in seen:  # a killed flusher can leave a resent copy behind
                 seen.add(_event_id(event))
                 events.append(event)
-    user, policy = _consent.read_inputs(app, env)
-    decision = _consent.decide(app, env, user, policy)
+    user, policy = _hook.read_inputs(app, env)
+    decision = _hook.decide(app, env, user, policy)
     if not decision.enabled:
         what = "queued events would be deleted" if decision.hard_off else "nothing would be sent"
         return Plan(
@@ -1108,7 +1107,7 @@ def read_state(app: App, *, environ: Mapping[str, str] | None = None) -> FlushSt
 
     failures = state.get("consecutive_failures")
     next_retry = num("next_retry")
-    if next_retry is not None and next_retry > _now() + _hot.MAX_BACKOFF:
+    if next_retry is not None and next_retry > _now() + _hook.MAX_BACKOFF:
         next_retry = None  # further ahead than any back-off (a wrong clock): the gate counts it as expired
     return FlushState(
         last_flush=num("last_flush"),
@@ -1138,7 +1137,7 @@ def _lower_priority() -> None:
         os.nice(19)
     with contextlib.suppress(AttributeError, OSError):
         if os.getsid(0) == os.getpid():
-            fd = os.open("/proc/self/autogroup", os.O_WRONLY | _O_CLOEXEC)
+            fd = os.open("/proc/self/autogroup", os.O_WRONLY | O_CLOEXEC)
             try:
                 os.write(fd, b"19")
             finally:
@@ -1180,7 +1179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     deadline = time.monotonic() + _settings.tuning().deadline
     _arm_watchdog(deadline)
     if args.app == "django" and not (args.name or args.config_name or args.env_prefix):
-        from ._app import django_app
+        from ._hook import django_app
 
         app = django_app()
     else:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Final
 
-    from ._app import App
+    from ._hook import App
     from ._settings import Destination
 
 OUTCOMES: Final = ("forgotten", "cannot", "failed", "off", "no-id", "busy")
@@ -153,16 +153,16 @@ def forget(app: App, *, environ: Mapping[str, str] | None = None, send_while_off
     :mod:`spool_reporter._userconf`) for a config file that cannot be changed."""
     import os
 
-    from . import _consent, _event, _flush, _hook, _settings, _spool
-    from ._spawn import FLUSHER_LOCK_NAME
+    from . import _consent, _flush, _hook, _settings, _spool
+    from ._hook import FLUSHER_LOCK_NAME
 
     env = os.environ if environ is None else environ
     tune = _settings.tuning(env)
     path = _hook.state_dir(app, env)
-    user, policy = _consent.read_inputs(app, env)
-    decision = _consent.decide(app, env, user, policy)
+    user, policy = _hook.read_inputs(app, env)
+    decision = _hook.decide(app, env, user, policy)
     old = (user or {}).get("client_id")
-    old = old if old is not None and _event.is_uuid4(old) else None
+    old = old if old is not None and _hook.is_uuid4(old) else None
 
     lock = None
     try:
@@ -237,7 +237,7 @@ def forget(app: App, *, environ: Mapping[str, str] | None = None, send_while_off
 
 def _replace(app: App, env: Mapping[str, str]) -> str:
     """A new random client id in the config file, as ``reset-id`` writes it."""
-    from ._event import uuid4
+    from ._hook import uuid4
     from ._userconf import update
 
     new = uuid4()

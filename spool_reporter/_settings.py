@@ -38,19 +38,19 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote, urlsplit
 
-from . import _consent
-from ._app import App
+from . import _hook
+from ._hook import App
 from .transports import NAMES
 
 __all__ = [
     "Destination",
-    "Resolved",
-    "Tuning",
     "is_localhost_name",
     "is_loopback_host",
     "local_text",
     "no_destination_text",
     "resolve",
+    "Resolved",
+    "Tuning",
     "tuning",
 ]
 
@@ -196,9 +196,9 @@ def _usable(values: dict[str, str] | None) -> dict[str, str]:
 
 
 def _config_broken(values: dict[str, str]) -> bool:
-    from . import _config
+    from . import _hook
 
-    return _config.is_broken(values)
+    return _hook.is_broken(values)
 
 
 def resolve(
@@ -219,9 +219,9 @@ def resolve(
     """
     env = os.environ if environ is None else environ
     if read_files:
-        user, policy = _consent.read_inputs(app, env)
+        user, policy = _hook.read_inputs(app, env)
     if sending:
-        decision = _consent.decide(app, env, user, policy)
+        decision = _hook.decide(app, env, user, policy)
         if decision.enabled and decision.local:
             return Resolved(destination=None, reason=local_text(app, decision))
     layers = (("user", _usable(user)), ("policy", _usable(policy)))
@@ -275,7 +275,7 @@ def resolve(
     return Resolved(destination=destination, reason=f"{transport} to {destination.redacted_url()} (from {where})")
 
 
-def local_text(app: App, decision: _consent.Decision) -> str:
+def local_text(app: App, decision: _hook.Decision) -> str:
     """Why nothing is sent in local mode, and how to send."""
     why = "you chose it" if decision.reason == "user:local" else "the system policy's default"
     return f"local mode ({why}): events stay on this machine and are never sent; '{app.cli_name} enable' sends them"
@@ -283,7 +283,7 @@ def local_text(app: App, decision: _consent.Decision) -> str:
 
 def no_destination_text(app: App, environ: Mapping[str, str] | None = None) -> str:
     """What ``status`` says when nothing names a destination: nothing is recorded, and how to name one."""
-    path = _consent.user_config_path(app, environ)
+    path = _hook.user_config_path(app, environ)
     return f"none configured: nothing is recorded until one is set (endpoint= in {path}, or {app.env_endpoint})"
 
 
@@ -301,15 +301,9 @@ READ_TIMEOUT: Final = 10.0
 BACKOFF_BASE: Final = 60.0
 """First retry delay after a failure; doubles with each consecutive failure."""
 
-BACKOFF_CAP: Final = 24 * 3600.0
-"""Longest back-off (and the clamp on Retry-After): an offline laptop tries about once a day at worst."""
-
-SPAWN_INTERVAL: Final = 300.0
-"""The hook starts a flusher at most this often (unless the spool is large or the command is long-lived):
-a flusher costs ~100 ms of CPU that competes with the user's next command (DESIGN constraint 5)."""
-
-SPAWN_THRESHOLD_BYTES: Final = 64 * 1024
-"""An active spool this large (~150 events) starts a flusher regardless of the interval."""
+BACKOFF_CAP: Final = _hook.MAX_BACKOFF
+"""Longest back-off (and the clamp on Retry-After): an offline laptop tries about once a day at worst. The hook
+counts a back-off time further ahead than this as expired (a wrong clock wrote it)."""
 
 
 @dataclass(frozen=True, kw_only=True)

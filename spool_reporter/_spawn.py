@@ -1,20 +1,12 @@
 """Starting the detached flusher from the hook: rarely, cheaply, never waiting for it (docs/flusher.md)."""
 
-# This module is imported by the hook after every recorded event, so -- like _hot -- it explains itself in
+# This module is imported by the hook only when it starts a flusher, so -- like _hook -- it explains itself in
 # comments (docstrings are part of the .pyc, and every byte of it costs the user's command), imports only
 # what a Django process already has (os, sys, time; subprocess and threading only when actually spawning),
 # and never logs. Do not log here.
 #
-# maybe_spawn() decides with a few stat calls:
-# 1. a destination is named (<P>_ANALYTICS_ENDPOINT, endpoint= in the user file or the policy, or the App's
-#    default; the flusher validates it) and is not plainly refused (plain http:// to a remote host by name), this
-#    is not a flusher (no recursion), and not a frozen executable (`-m` cannot relaunch it);
-# 2. the back-off has expired: GATE_NAME's mtime is the "not before" time the last failed flusher wrote;
-# 3. SPAWN_INTERVAL has passed since the last spawn (STAMP_NAME's mtime, touched *before* spawning so that
-#    concurrent commands do not all spawn) -- unless the active spool passed SPAWN_THRESHOLD_BYTES or the
-#    caller is long-lived (runserver);
-# 4. no flusher is running: a non-blocking flock on FLUSHER_LOCK_NAME succeeds (released at once; the flusher
-#    takes the same lock through filelock for its whole life).
+# The hook decides whether a flusher is due (its spawn gate: a destination, the back-off, the interval, no flusher
+# running; spool_reporter/_hook.py) and holds flusher.lock when it calls start(), which stamps the time and spawns.
 # The child: `nice -n 19 python -P -m spool_reporter._flush --app <slug> ...` in a new session, stdio on the
 # null device, no inherited descriptors but the locked flusher.lock (so `django-admin startproject x | cat`
 # ends with the command), its working directory in the spool folder (`-m` puts the working directory on
@@ -40,26 +32,13 @@
 
 import os
 import sys
-import time
 
-# The gate runs in the hook, so it lives in _hot (no second module to import for a "no"); named here too.
-from ._hot import (
+from ._hook import (
     FLUSHER_ENV,
     FLUSHER_LOCK_FD_ENV,
-    FLUSHER_LOCK_NAME,
-    GATE_NAME,
-    SPAWN_GAP,
-    SPAWN_INTERVAL,
-    SPAWN_INTERVAL_ENV,
-    SPAWN_THRESHOLD_BYTES,
+    O_CLOEXEC,
     STAMP_NAME,
-    _named_endpoint,
-    claim_flusher_lock,
-    due,
-    gate_open,
-    has_destination,
-    open_ours,
-    refused_endpoint,
+    touch,
 )
 
 TYPE_CHECKING = False
@@ -68,31 +47,17 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Final
 
-    from ._app import App
-    from ._hot import Folder
+    from ._hook import App, Folder
 
 __all__ = [
     "BELOW_NORMAL_PRIORITY_CLASS",
     "CREATE_NEW_PROCESS_GROUP",
     "CREATE_NO_WINDOW",
-    "FLUSHER_ENV",
-    "FLUSHER_LOCK_FD_ENV",
-    "FLUSHER_LOCK_NAME",
-    "GATE_NAME",
-    "SPAWN_INTERVAL",
-    "SPAWN_GAP",
-    "SPAWN_INTERVAL_ENV",
-    "SPAWN_THRESHOLD_BYTES",
-    "STAMP_NAME",
-    "SpawnSpec",
-    "due",
     "flusher_args",
-    "has_destination",
-    "maybe_spawn",
     "nice_command",
     "posix_plan",
-    "refused_endpoint",
     "spawn_spec",
+    "SpawnSpec",
     "start",
 ]
 
@@ -105,10 +70,6 @@ BELOW_NORMAL_PRIORITY_CLASS: "Final" = 0x00004000
 # started at normal priority slowed the next `django -m --version` by ~95 ms (its interpreter start and
 # urllib3/filelock imports alone), one started under `nice -n 19` by ~4 ms; the flusher also calls os.nice.
 NICE_PATHS: "Final" = ("/usr/bin/nice", "/bin/nice")
-
-_O_NOFOLLOW: "Final" = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC: "Final" = getattr(os, "O_CLOEXEC", 0)
-_TOUCH_FLAGS: "Final" = os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | getattr(os, "O_NONBLOCK", 0)
 
 
 # The shell's script between posix_spawn and `nice`: change to the spool folder ("$1"), then become the command.
@@ -219,49 +180,6 @@ def spawn_spec(
     )
 
 
-def _touch(folder: "Folder", name: str, when: float) -> None:
-    fd = open_ours(folder, name, _TOUCH_FLAGS)[0]  # anything planted at the name is set aside, never followed
-    try:
-        if os.utime in os.supports_fd:
-            os.utime(fd, (when, when))
-        else:  # pragma: no cover - Windows
-            os.utime(os.path.join(folder.path, name), (when, when))
-    finally:
-        os.close(fd)
-
-
-def maybe_spawn(
-    app: "App",
-    folder: "Folder",
-    active_size: int,
-    *,
-    long_lived: bool,
-    environ: "Mapping[str, str] | None" = None,
-    user: "dict[str, str] | None" = None,
-    policy: "dict[str, str] | None" = None,
-) -> bool:
-    """Start a flusher if one is due; whether one was started. The hook catches anything raised here."""
-    env = os.environ if environ is None else environ
-    if env.get(FLUSHER_ENV) or getattr(sys, "frozen", False) or not sys.executable:
-        return False
-    if not has_destination(app, env, user, policy):
-        return False
-    named = _named_endpoint(app, env, user, policy)
-    if refused_endpoint(named or app.endpoint):
-        return False
-    now = time.time()
-    if not gate_open(folder, active_size, long_lived=long_lived, env=env, now=now):
-        return False
-    lock = claim_flusher_lock(folder)
-    if lock is None:  # a flusher is running
-        return False
-    default = None if named else app.endpoint
-    try:
-        return start(app, folder, env, now, lock_fd=lock, default_endpoint=default, long_lived=long_lived)
-    finally:
-        os.close(lock)
-
-
 def start(
     app: "App",
     folder: "Folder",
@@ -275,7 +193,7 @@ def start(
     # Start a flusher now (the gate said yes): stamp the time, then spawn. The hook calls this directly, holding
     # flusher.lock as lock_fd, which the child inherits (the caller closes its copy); default_endpoint is the
     # App's default destination when nothing else names one; long_lived: the caller lives long (runserver).
-    _touch(folder, STAMP_NAME, now)
+    touch(folder, STAMP_NAME, now)
     windows = sys.platform == "win32"
     spec = spawn_spec(
         app,
@@ -300,7 +218,7 @@ def _renice_autogroup(pid: int) -> None:
     if not sys.platform.startswith("linux"):
         return
     try:
-        fd = os.open(f"/proc/{pid}/autogroup", os.O_WRONLY | _O_CLOEXEC)
+        fd = os.open(f"/proc/{pid}/autogroup", os.O_WRONLY | O_CLOEXEC)
         try:
             os.write(fd, b"19")
         finally:

@@ -27,8 +27,9 @@ as a one-line sealed segment instead (:func:`append_aside`): no wait beyond a fe
 away; a file whose last byte is not a newline (a writer killed mid-line, a crash) gets a newline first, so a
 torn line costs that line only, and the reader skips and counts any line that is not a valid event.
 
-The code lives in :mod:`spool_reporter._hot`, the one module the hook path imports; this module names it.
-It adds the readers the flusher and the command line use.
+The hook owns the folder, the lock and the append (:mod:`spool_reporter._hook`, one module for the command's
+sake); this module owns the rest: sealing, the caps, the aside path, recovery from planted files, clearing what
+killed processes left, purging, the readers and the counters.
 """
 
 from __future__ import annotations
@@ -38,40 +39,33 @@ import os
 import time
 from collections.abc import Iterator
 
-from ._hot import _DIR_FD as _DIR_FD  # noqa: PLC0414 - re-exported for the cold path
-from ._hot import _DIR_FLAGS as _DIR_FLAGS  # noqa: PLC0414 - re-exported for the cold path
-from ._hot import _LOCK_FLAGS as _LOCK_FLAGS  # noqa: PLC0414 - re-exported for the cold path
-from ._hot import _O_BINARY as _O_BINARY  # noqa: PLC0414 - re-exported for the cold path
-from ._hot import _O_CLOEXEC as _O_CLOEXEC  # noqa: PLC0414 - re-exported for the cold path
-from ._hot import _O_NOFOLLOW as _O_NOFOLLOW  # noqa: PLC0414 - re-exported for the cold path
-from ._hot import _O_NONBLOCK as _O_NONBLOCK  # noqa: PLC0414 - re-exported for the cold path
-from ._hot import _READ_FLAGS as _READ_FLAGS  # noqa: PLC0414 - re-exported for the cold path
-from ._hot import _UID as _UID  # noqa: PLC0414 - re-exported for the cold path
-from ._hot import (
+from ._hook import (
     ACTIVE_NAME,
     COUNTERS_NAME,
+    DIR_FD,
+    DIR_FLAGS,
     DIR_MODE,
-    FILE_MODE,
     HUGE_ACTIVE_BYTES,
-    LOCK_NAME,
+    LOCK_FLAGS,
     LOCK_WAIT_SECONDS,
     MAX_ASIDE,
-    MAX_BYTES,
-    MAX_EVENTS,
+    O_BINARY,
+    O_CLOEXEC,
+    O_NOFOLLOW,
+    READ_FLAGS,
     SEGMENT_BYTES,
     SEGMENT_PREFIX,
     SEGMENT_SUFFIX,
+    UID,
     SpoolError,
-    append,
     lock_fd,
     open_ours,
     parse,
     state_dir,
     take_lock,
+    trusted_file,
 )
-from ._hot import Folder as HotFolder
-from ._hot import _trusted_file as _trusted_file  # noqa: PLC0414 - re-exported for the cold path
-from ._hot import _try_lock as _try_lock  # noqa: PLC0414 - re-exported for the cold path
+from ._hook import Folder as HotFolder
 
 REFUSED_NAME = "refused"
 """One byte per event refused beside a busy lock past :data:`MAX_ASIDE` (see :func:`append_aside`)."""
@@ -96,63 +90,43 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ._app import App
+    from ._hook import App
 
 __all__ = [
-    "ACTIVE_NAME",
+    "add_counter",
+    "append_aside",
     "ASIDE_PREFIX",
     "ASIDE_SUFFIX",
-    "COUNTERS_NAME",
-    "DIR_MODE",
-    "FILE_MODE",
-    "Folder",
-    "HUGE_ACTIVE_BYTES",
-    "FolderLock",
-    "HotFolder",
-    "INTRUDER_PREFIX",
-    "LOCK_NAME",
-    "LOCK_WAIT_SECONDS",
-    "LockTimeout",
-    "MAX_ASIDE",
-    "MAX_BYTES",
-    "MAX_EVENTS",
-    "SEGMENT_BYTES",
-    "SEGMENT_PREFIX",
-    "SEGMENT_SUFFIX",
-    "REFUSED_NAME",
-    "STALE_ASIDE_SECONDS",
-    "SpoolError",
-    "TMP_PREFIX",
-    "add_counter",
-    "append",
-    "append_aside",
     "count_queued",
     "enforce_caps",
+    "Folder",
+    "FolderLock",
+    "in_flight",
+    "INTRUDER_PREFIX",
     "iter_lines",
-    "lock_fd",
+    "LockTimeout",
     "make_dirs",
     "names",
     "open_dirs",
-    "open_ours",
     "parse_lines",
     "purge",
     "purge_if_present",
     "read_bytes",
     "read_counters",
+    "recut",
+    "REFUSED_NAME",
     "reopen",
     "replace_file",
+    "SCAN_LIMIT",
     "seal_active",
-    "set_aside",
     "segment_count",
     "segment_name",
     "segments",
     "Sending",
-    "SCAN_LIMIT",
-    "in_flight",
-    "recut",
-    "take_lock",
+    "set_aside",
+    "STALE_ASIDE_SECONDS",
     "tidy",
-    "touch",
+    "TMP_PREFIX",
     "write_new",
 ]
 
@@ -252,7 +226,7 @@ def segments(folder: HotFolder) -> list[tuple[str, int, int]]:
             st = folder.lstat(name)
         except OSError:
             continue
-        if _trusted_file(st):
+        if trusted_file(st):
             found.append((name, min(count, st.st_size), st.st_size))
     found.sort()
     return found
@@ -261,11 +235,11 @@ def segments(folder: HotFolder) -> list[tuple[str, int, int]]:
 def read_bytes(folder: HotFolder, name: str, limit: int) -> bytes | None:
     """Read a regular file of ours, at most ``limit`` bytes; ``None`` if it does not exist."""
     try:
-        fd = folder.open(name, _READ_FLAGS)
+        fd = folder.open(name, READ_FLAGS)
     except FileNotFoundError:
         return None
     try:
-        if not _trusted_file(os.fstat(fd)):
+        if not trusted_file(os.fstat(fd)):
             raise SpoolError(f"not a file of ours: {name}")
         chunks = []
         left = limit
@@ -304,7 +278,7 @@ def _trusted_link(name: str, fd: int) -> str | None:
     import stat
 
     before = os.stat(name, dir_fd=fd, follow_symlinks=False)
-    if not stat.S_ISLNK(before.st_mode) or before.st_uid not in (0, _UID):
+    if not stat.S_ISLNK(before.st_mode) or before.st_uid not in (0, UID):
         return None
     target = os.readlink(name, dir_fd=fd)
     after = os.stat(name, dir_fd=fd, follow_symlinks=False)
@@ -334,7 +308,7 @@ def open_dirs(path: str, *, create: bool, own: int = 0, tighten: bool = True) ->
     names = path.split("/")[::-1]  # a stack: the next level is names.pop()
     if names.pop() != "":
         raise SpoolError(f"not an absolute path: {path}")
-    fd = os.open("/", _DIR_FLAGS)
+    fd = os.open("/", DIR_FLAGS)
     links = 0
     try:
         while names:
@@ -344,7 +318,7 @@ def open_dirs(path: str, *, create: bool, own: int = 0, tighten: bool = True) ->
             mine = len(names) < own
             created = False
             try:
-                new = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                new = os.open(name, DIR_FLAGS, dir_fd=fd)
             except FileNotFoundError:
                 if not create:
                     raise
@@ -353,7 +327,7 @@ def open_dirs(path: str, *, create: bool, own: int = 0, tighten: bool = True) ->
                     created = True
                 except FileExistsError:
                     pass
-                new = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                new = os.open(name, DIR_FLAGS, dir_fd=fd)
             except OSError as exc:  # ELOOP / ENOTDIR: a symlink, or something else that is not a folder
                 target = None if mine else _trusted_link(name, fd)
                 links += 1
@@ -361,7 +335,7 @@ def open_dirs(path: str, *, create: bool, own: int = 0, tighten: bool = True) ->
                     raise SpoolError(f"not a folder: {path}") from exc
                 names.extend(target.split("/")[::-1])
                 if target.startswith("/"):
-                    new = os.open("/", _DIR_FLAGS)
+                    new = os.open("/", DIR_FLAGS)
                     os.close(fd)
                     fd = new
                 continue
@@ -369,7 +343,7 @@ def open_dirs(path: str, *, create: bool, own: int = 0, tighten: bool = True) ->
             fd = new
             if mine or created:
                 st = os.fstat(fd)
-                if _UID is not None and st.st_uid != _UID:
+                if UID is not None and st.st_uid != UID:
                     raise SpoolError(f"not our folder: {path}")
                 if tighten and (st.st_mode & 0o077 or (created and stat.S_IMODE(st.st_mode) != DIR_MODE)):
                     os.fchmod(fd, DIR_MODE)  # mkdir's mode is filtered by the umask; this one is not
@@ -382,7 +356,7 @@ def open_dirs(path: str, *, create: bool, own: int = 0, tighten: bool = True) ->
 def make_dirs(path: str) -> None:
     """Create ``path`` and missing parents with mode ``0700``, whatever the umask, by descriptors
     (:func:`open_dirs`)."""
-    if _DIR_FD:
+    if DIR_FD:
         os.close(open_dirs(path, create=True))
         return
     missing = []  # pragma: no cover - Windows: no descriptor-relative calls
@@ -424,7 +398,7 @@ def _recovering(folder: HotFolder) -> Iterator[None]:
 def _planted(folder: HotFolder, name: str) -> bool:
     """Whether something that is not a regular file of ours sits at ``name`` (``False`` if nothing does)."""
     try:
-        return not _trusted_file(folder.lstat(name))
+        return not trusted_file(folder.lstat(name))
     except OSError:
         return False
 
@@ -446,7 +420,7 @@ def set_aside(folder: HotFolder, name: str) -> None:
 
 
 def reopen(folder: HotFolder, name: str, flags: int) -> tuple[int, os.stat_result]:
-    """:func:`~._hot.open_ours`' rare path: set aside what sits at ``name`` if it is not a regular file of ours,
+    """:func:`~._hook.open_ours`' rare path: set aside what sits at ``name`` if it is not a regular file of ours,
     then open (create) a fresh one; ``(descriptor, fstat)``.
 
     Recoveries take turns (:func:`_recovering`) and look again under that lock, so a good file that another
@@ -458,7 +432,7 @@ def reopen(folder: HotFolder, name: str, flags: int) -> tuple[int, os.stat_resul
         fd = folder.open(name, flags | os.O_CREAT)
         try:
             st = os.fstat(fd)
-            if not _trusted_file(st):
+            if not trusted_file(st):
                 raise SpoolError(f"{name} is not a file of ours")
         except BaseException:
             os.close(fd)
@@ -466,20 +440,7 @@ def reopen(folder: HotFolder, name: str, flags: int) -> tuple[int, os.stat_resul
         return fd, st
 
 
-_TOUCH_FLAGS = os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
-_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
-
-
-def touch(folder: HotFolder, name: str, when: float) -> None:
-    """Create ``name`` if needed (setting aside anything planted there) and set its mtime to ``when``."""
-    fd = open_ours(folder, name, _TOUCH_FLAGS)[0]
-    try:
-        if os.utime in os.supports_fd:
-            os.utime(fd, (when, when))
-        else:  # pragma: no cover - Windows
-            os.utime(os.path.join(folder.path, name), (when, when))
-    finally:
-        os.close(fd)
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_BINARY
 
 
 def write_new(folder: HotFolder, name: str, data: bytes) -> str:
@@ -548,7 +509,7 @@ def read_counters(folder: HotFolder) -> dict[str, int]:
         st = folder.lstat(REFUSED_NAME)
     except OSError:
         return counts
-    if _trusted_file(st) and st.st_size:
+    if trusted_file(st) and st.st_size:
         counts["refused"] = counts.get("refused", 0) + st.st_size
     return counts
 
@@ -564,7 +525,7 @@ def seal_active(folder: HotFolder) -> tuple[str, int] | None:
         st = folder.lstat(ACTIVE_NAME)
     except FileNotFoundError:
         return None
-    if not _trusted_file(st):
+    if not trusted_file(st):
         set_aside(folder, ACTIVE_NAME)
         return None
     if st.st_size == 0:
@@ -589,7 +550,7 @@ def recut(folder: HotFolder, name: str) -> tuple[int, int]:
     one each; so is an unread remainder past :data:`SCAN_LIMIT`. Returns ``(lines kept, lines counted)``."""
     from ._event import MAX_LINE_BYTES
 
-    fd = folder.open(name, _READ_FLAGS)
+    fd = folder.open(name, READ_FLAGS)
     kept = bad = 0
     try:
         out: list[bytes] = []
@@ -653,7 +614,7 @@ def in_flight(folder: HotFolder, name: str) -> bool:
     import fcntl
 
     try:
-        fd = folder.open(name, _READ_FLAGS)
+        fd = folder.open(name, READ_FLAGS)
     except OSError:
         return False
     try:
@@ -674,7 +635,7 @@ class Sending:
         self.fd: int | None = None
         self.held = False
         try:
-            self.fd = folder.open(name, _READ_FLAGS)
+            self.fd = folder.open(name, READ_FLAGS)
         except FileNotFoundError:
             return
         if folder.fd is not None:
@@ -745,14 +706,14 @@ def append_aside(folder: HotFolder, line: bytes) -> int:
     """
     present = names(folder)
     if sum(1 for n in present if n.endswith("-1" + SEGMENT_SUFFIX)) >= MAX_ASIDE:
-        fd = open_ours(folder, REFUSED_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC)[0]
+        fd = open_ours(folder, REFUSED_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT | O_NOFOLLOW | O_CLOEXEC)[0]
         try:
             os.write(fd, b".")
         finally:
             os.close(fd)
         raise BlockingIOError("spool lock busy and too many aside segments")
     tmp = f"{ASIDE_PREFIX}{os.getpid()}-{os.urandom(4).hex()}{ASIDE_SUFFIX}"
-    fd = folder.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY)
+    fd = folder.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_BINARY)
     try:
         written = os.write(fd, line)
     finally:
@@ -788,7 +749,7 @@ def _leftover_aside(folder: HotFolder, name: str, now: float) -> str | None:
         st = folder.lstat(name)
     except FileNotFoundError:
         return None
-    if not _trusted_file(st):
+    if not trusted_file(st):
         set_aside(folder, name)
         return f"removed {name}: not a file of ours"
     if now - st.st_mtime < STALE_ASIDE_SECONDS and not _writer_gone(name):
@@ -841,7 +802,7 @@ class LockTimeout(TimeoutError):
 
 
 class FolderLock:
-    """The exclusive OS lock on lock file ``name`` of ``folder``, as the hook takes it (:func:`~._hot.lock_fd`):
+    """The exclusive OS lock on lock file ``name`` of ``folder``, as the hook takes it (:func:`~._hook.lock_fd`):
     opened relative to the folder's descriptor, never by path or through a symlink (anything planted at the name
     is set aside), and taken within ``timeout`` seconds (``0``: one try) or :class:`LockTimeout`. The same
     ``flock`` as :class:`filelock.FileLock` on that file, which the command line uses. Not re-entrant."""
@@ -855,7 +816,7 @@ class FolderLock:
     def acquire(self) -> None:
         if self.fd is not None:
             raise RuntimeError(f"{self.name} is already held")
-        fd = open_ours(self.folder, self.name, _LOCK_FLAGS)[0]
+        fd = open_ours(self.folder, self.name, LOCK_FLAGS)[0]
         try:
             taken = take_lock(fd, self.timeout)
         except BaseException:
@@ -896,7 +857,7 @@ def purge_if_present(app: App, env: Mapping[str, str]) -> None:
 
 
 class Folder(HotFolder):
-    """An open, verified spool folder (see :class:`spool_reporter._hot.Folder`), with the readers the cold
+    """An open, verified spool folder (see :class:`spool_reporter._hook.Folder`), with the readers the cold
     path uses as methods."""
 
     __slots__ = ()

@@ -13,8 +13,8 @@ import os
 import stat
 from collections.abc import Mapping
 
-from . import _config, _consent, _spool
-from ._app import App
+from . import _hook, _spool
+from ._hook import App
 
 CONFIG_LOCK_WAIT = 2.0
 """Seconds to wait for the config file's lock (held by a hook for microseconds)."""
@@ -51,7 +51,7 @@ def update(app: App, changes: Mapping[str, str | None], environ: Mapping[str, st
 
     Raises :class:`ConfigError` when the file cannot be changed safely.
     """
-    path = _consent.user_config_path(app, environ)
+    path = _hook.user_config_path(app, environ)
     try:
         _spool.make_dirs(os.path.dirname(path))
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -64,10 +64,10 @@ def update(app: App, changes: Mapping[str, str | None], environ: Mapping[str, st
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ConfigError(f"{path} is not a regular file")
-        if not _spool.take_lock(fd, CONFIG_LOCK_WAIT):
+        if not _hook.take_lock(fd, CONFIG_LOCK_WAIT):
             raise ConfigError(f"{path} is locked by another process; try again")
-        data = os.pread(fd, _config.MAX_CONFIG_BYTES + 1, 0)
-        if len(data) > _config.MAX_CONFIG_BYTES or _config.parse(data) is None:
+        data = os.pread(fd, _hook.MAX_CONFIG_BYTES + 1, 0)
+        if len(data) > _hook.MAX_CONFIG_BYTES or _hook.parse(data) is None:
             raise ConfigError(
                 f"{path} cannot be read safely (too large, not UTF-8, or a line without '='); "
                 "fix or delete it, then run this command again"

@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TextIO, cast
 
-from . import _config, _consent, _event, _hook, _spool
-from ._app import App, django_app
+from . import _consent, _hook, _spool
+from ._hook import App, django_app
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ def _n(count: int, noun: str) -> str:
 
 
 def _iso(epoch: float | None) -> str | None:
-    return None if epoch is None else _event.iso_time(epoch)
+    return None if epoch is None else _hook.iso_time(epoch)
 
 
 def _age(seconds: float) -> str:
@@ -204,7 +204,7 @@ def _check_readable(app: App, env: Mapping[str, str]) -> None:
     if folder is None:
         return
     with folder:
-        names = [name for name, _, _ in folder.segments()] + [_spool.ACTIVE_NAME]
+        names = [name for name, _, _ in folder.segments()] + [_hook.ACTIVE_NAME]
         for name in names:
             try:
                 os.close(folder.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)))
@@ -225,7 +225,7 @@ def _locked(app: App, env: Mapping[str, str]) -> Iterator[_spool.Folder | None]:
         yield None
         return
     with folder:
-        lock = filelock.FileLock(os.path.join(path, _spool.LOCK_NAME), mode=0o600)
+        lock = filelock.FileLock(os.path.join(path, _hook.LOCK_NAME), mode=0o600)
         try:
             lock.acquire(timeout=LOCK_TIMEOUT)
         except filelock.Timeout as exc:
@@ -267,10 +267,10 @@ def _spool_summary(app: App, env: Mapping[str, str]) -> dict[str, Any]:
         counters = _spool.read_counters(folder)
         summary["dropped_by_reason"] = counters
         summary["dropped"] = sum(counters.values())
-        names = [name for name, _, _ in folder.segments()] + [_spool.ACTIVE_NAME]
+        names = [name for name, _, _ in folder.segments()] + [_hook.ACTIVE_NAME]
         for name in names:
             try:
-                data = folder.read_bytes(name, _spool.HUGE_ACTIVE_BYTES)
+                data = folder.read_bytes(name, _hook.HUGE_ACTIVE_BYTES)
             except OSError:
                 continue
             events, _ = _spool.parse_lines(data or b"")
@@ -292,18 +292,18 @@ def _settings_module() -> Any:
     return _settings
 
 
-def _inputs(ctx: Context) -> tuple[dict[str, str] | None, dict[str, str] | None, _consent.Decision]:
-    user, policy = _consent.read_inputs(ctx.app, ctx.env)
-    return user, policy, _consent.decide(ctx.app, ctx.env, user, policy)
+def _inputs(ctx: Context) -> tuple[dict[str, str] | None, dict[str, str] | None, _hook.Decision]:
+    user, policy = _hook.read_inputs(ctx.app, ctx.env)
+    return user, policy, _hook.decide(ctx.app, ctx.env, user, policy)
 
 
-def _mode_text(decision: _consent.Decision) -> str:
+def _mode_text(decision: _hook.Decision) -> str:
     if decision.local:
         why = " (the system policy's default)" if decision.reason == "policy:local" else ""
         return f"local: events are recorded on this machine and never sent{why}"
     return {
-        _consent.MODE_OPT_IN: "opt-in: the system policy keeps reporting off until you run 'enable'",
-        _consent.MODE_LOCAL: "the system policy's default is local mode; you chose to send",
+        _hook.MODE_OPT_IN: "opt-in: the system policy keeps reporting off until you run 'enable'",
+        _hook.MODE_LOCAL: "the system policy's default is local mode; you chose to send",
     }.get(decision.mode, "opt-out: on until someone says no, as DEP 8 proposes")
 
 
@@ -318,7 +318,7 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     spool = _spool_summary(app, env)
     state = _flush_module().read_state(app, environ=env)
     known = "problem" not in spool  # an unreadable folder hides the flusher's record too
-    seen = _consent.seen_notice_version(None if _config.is_broken(user) else user)
+    seen = _hook.seen_notice_version(None if _hook.is_broken(user) else user)
     data: dict[str, Any] = {
         "enabled": decision.enabled,
         "reason": decision.reason,
@@ -330,8 +330,8 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         "endpoint": None if dest is None else dest.redacted_url(),
         "transport": None if dest is None else dest.transport,
         "destination_text": resolved.reason,
-        "config_file": _consent.user_config_path(app, env),
-        "policy_file": _consent.policy_path(app, env),
+        "config_file": _hook.user_config_path(app, env),
+        "policy_file": _hook.policy_path(app, env),
         **spool,
         "last_flush": _iso(state.last_flush) if known else None,
         "last_result": state.last_result if known else None,
@@ -441,7 +441,7 @@ def cmd_purge(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_reset_id(args: argparse.Namespace, ctx: Context) -> int:
     from ._userconf import ConfigError, update
 
-    new = _event.uuid4()
+    new = _hook.uuid4()
     try:
         path = update(ctx.app, {"client_id": new}, ctx.env)
     except ConfigError as exc:

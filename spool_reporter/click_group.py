@@ -24,7 +24,7 @@ import os
 
 import click
 
-from ._app import App
+from ._hook import App
 from .cli import COMMANDS, Command, Context, _words, execute
 
 __all__ = ["reporting_group"]

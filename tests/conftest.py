@@ -22,8 +22,7 @@ import pytest
 
 import spool_reporter
 from spool_reporter import App
-from spool_reporter._app import django_app
-from spool_reporter._consent import CI_VARIABLES
+from spool_reporter._hook import CI_VARIABLES, django_app
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE_FROM_CHECKOUT = Path(spool_reporter.__file__).resolve().parent.parent == REPO

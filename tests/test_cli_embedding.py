@@ -21,7 +21,7 @@ from servers import wait_for
 from test_cli import unnamed
 
 from spool_reporter import App, cli
-from spool_reporter._hook import notice_text
+from spool_reporter._firstrun import notice_text
 
 TOOL = App(name="MyTool", version="1.4.2", cli_name="mytool analytics", endpoint="http://mytool.invalid/v1/batch")
 GREET = REPO / "examples" / "greet.py"

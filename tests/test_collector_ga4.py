@@ -34,7 +34,8 @@ from test_collector import (
     wait_for,
 )
 
-from spool_reporter._event import REASONS, is_uuid4, validate
+from spool_reporter._event import REASONS, validate
+from spool_reporter._hook import is_uuid4
 from spool_reporter._settings import Destination
 from spool_reporter.collector import GA4_PATH, CollectorServer, GA4Forwarder, Policy, make_app, serve
 from spool_reporter.collector._store import COLUMNS, iso_week

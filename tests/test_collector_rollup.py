@@ -21,7 +21,7 @@ from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
 from test_collector import det_uuid4, wait_for
 from test_collector_stores import BACKENDS
 
-from spool_reporter._event import iso_time
+from spool_reporter._hook import iso_time
 from spool_reporter.collector import CollectorError, Retention, open_store, stats
 from spool_reporter.collector._rollup import check_retention, closing_week, rollup
 from spool_reporter.collector._store import LATE, Row, Store, week_before, week_of_valid

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from spool_reporter import App, decide
-from spool_reporter._config import BROKEN, MAX_CONFIG_BYTES, parse, read
-from spool_reporter._consent import CI_VARIABLES, Decision, explain
-from spool_reporter._consent import decide as pure_decide
+from spool_reporter._consent import explain
+from spool_reporter._hook import BROKEN, CI_VARIABLES, MAX_CONFIG_BYTES, Decision, parse, read
+from spool_reporter._hook import decide as pure_decide
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -23,16 +23,18 @@ from spool_reporter._event import (
     OTHER,
     PYTHON_IMPLEMENTATIONS,
     REASONS,
-    _quote,
-    build_line,
     check,
+    validate,
+)
+from spool_reporter._hook import (
+    build_line,
     format_user_agent,
     is_event_name,
     is_uuid4,
     platform_facts,
+    quote,
     user_agent,
     uuid4,
-    validate,
 )
 
 CID = "43325579-4ce9-4a2d-a152-0e993a4bb245"
@@ -98,8 +100,8 @@ def test_invalid_event_names(name: str) -> None:
 
 @given(st.text(max_size=60))
 def test_quote_is_json(value: str) -> None:
-    assert json.loads(_quote(value)) == value
-    assert _quote(value).isascii()
+    assert json.loads(quote(value)) == value
+    assert quote(value).isascii()
 
 
 def test_validate_rejects_extra_missing_and_bad_fields(app: App) -> None:
@@ -130,12 +132,12 @@ def test_the_hook_writes_what_the_validator_accepts(app: App) -> None:
 
 
 def test_vocabularies_follow_the_hook_and_the_django_rules() -> None:
-    from spool_reporter._hot import _ARCH, _NAME_CHARS
+    from spool_reporter._hook import ARCH, NAME_CHARS
     from spool_reporter.django._rules import COMMANDS
 
     assert frozenset(COMMANDS) == DJANGO_COMMANDS
-    assert set(_ARCH.values()) | {OTHER} == ARCHITECTURES
-    assert frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == _NAME_CHARS
+    assert set(ARCH.values()) | {OTHER} == ARCHITECTURES
+    assert frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == NAME_CHARS
 
 
 @pytest.mark.parametrize(

@@ -79,8 +79,8 @@ def test_dns_that_never_returns_is_bounded_by_the_deadline(sandbox: Sandbox, app
 def test_watchdog_ends_a_flusher_stuck_anywhere(sandbox: Sandbox, app: App) -> None:
     env = with_destination(sandbox.env, "http://127.0.0.1:9/v1/batch", SPOOL_REPORTER_FLUSH_DEADLINE="0.5")
     # Stuck reading the config (a hung network home folder, say), before any request timeout applies.
-    stuck = "from spool_reporter import _consent\nimport threading\n"
-    stuck += "_consent.read_inputs = lambda *a, **k: threading.Event().wait()\n"
+    stuck = "from spool_reporter import _hook\nimport threading\n"
+    stuck += "_hook.read_inputs = lambda *a, **k: threading.Event().wait()\n"
     code, took = finish(start_flusher(env, stuck), timeout=15)
     assert code == _flush.EXIT_DEADLINE
     assert took < 0.5 + _flush.WATCHDOG_GRACE + 1.5
@@ -172,7 +172,7 @@ def test_offline_laptop(sandbox: Sandbox, app: App, recovery: str, monkeypatch: 
                 assert len(starts) == 1
                 wait_for(lambda: time.time() > (state.next_retry or 0), timeout=5, what="the back-off")
                 # ...and the spawn interval: move the last spawn's stamp back instead of waiting 5 minutes.
-                stamp = sandbox.state_dir(app) / _spawn.STAMP_NAME
+                stamp = sandbox.state_dir(app) / _hook.STAMP_NAME
                 os.utime(stamp, (time.time() - 3600, time.time() - 3600))
                 assert _hook.record_event("startproject", app=app, environ=env)
                 assert len(starts) == 2
@@ -197,7 +197,7 @@ AUDIT = textwrap.dedent(
             seen.append(event)
     sys.addaudithook(hook)
     from spool_reporter import record, _flush
-    from spool_reporter._app import django_app
+    from spool_reporter._hook import django_app
     app = django_app("5.2")
     for _ in range(3):
         record("startproject", app=app, long_lived=True)
@@ -238,7 +238,7 @@ def test_audit_hook_sees_sockets_when_enabled(sandbox: Sandbox, app: App) -> Non
     fill(app, sandbox.env, 2)
     code = (
         "import sys\nseen = []\nsys.addaudithook(lambda e, a: seen.append(e) if e.startswith('socket.') else None)\n"
-        "from spool_reporter import _flush\nfrom spool_reporter._app import django_app\n"
+        "from spool_reporter import _flush\nfrom spool_reporter._hook import django_app\n"
         "print(_flush.run(django_app('5.2'), foreground=True).outcome, sorted(set(seen)))\n"
     )
     with serving() as server:

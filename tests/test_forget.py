@@ -239,7 +239,7 @@ def test_a_link_planted_at_the_flusher_lock_is_not_followed(sandbox: Sandbox, ap
     """Forget waits for the flusher's lock as the flusher takes it, through the folder's descriptor: a symlink
     planted at ``flusher.lock`` is set aside, and the file it points at is not touched. (filelock 4.3 refuses to
     follow it too; older versions opened the target with ``O_TRUNC``.)"""
-    from spool_reporter._spawn import FLUSHER_LOCK_NAME
+    from spool_reporter._hook import FLUSHER_LOCK_NAME
 
     with Server("healthy") as server:
         env = with_destination(sandbox.env, server.url())

@@ -8,10 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spool_reporter import App
-from spool_reporter._app import django_app
-from spool_reporter._config import MAX_CONFIG_BYTES, parse
-from spool_reporter._consent import decide
-from spool_reporter._event import FIELDS, build_line, validate
+from spool_reporter._event import FIELDS, validate
+from spool_reporter._hook import MAX_CONFIG_BYTES, build_line, decide, django_app, parse
 from spool_reporter._spool import parse_lines, segment_count
 
 APP = django_app("5.2")
@@ -89,11 +87,11 @@ def test_non_ascii_digits_are_not_numbers(tmp_path: object) -> None:
     # str.isdigit() accepts '²' and '٣', which int() refuses: every numeric field read from disk or the
     # network must say "not a number" rather than raise (the fault suite's fuzzing found four).
     from spool_reporter._flush import parse_retry_after
-    from spool_reporter._hot import _int_setting
+    from spool_reporter._hook import int_setting
 
     for text in ("²", "٣", "1²"):
         assert segment_count(f"seg-{text}-1-1.jsonl") is None
         assert segment_count(f"seg-1-1-{text}.jsonl") is None
         assert parse_retry_after(text, 0.0) is None
-        assert _int_setting({"max_events": text}, "max_events", 7) == 7
+        assert int_setting({"max_events": text}, "max_events", 7) == 7
     assert parse("cap=²\n".encode()) == {"cap": "²"}

@@ -14,15 +14,15 @@ from test_cli import cli, unnamed
 from test_record import record_together
 
 from spool_reporter import App, _flush, _settings
-from spool_reporter._consent import NOTICE_VERSION, Decision
-from spool_reporter._consent import decide as pure_decide
-from spool_reporter._hook import notice_text
+from spool_reporter._firstrun import notice_text
+from spool_reporter._hook import NOTICE_VERSION, Decision
+from spool_reporter._hook import decide as pure_decide
 
 CID = "43325579-4ce9-4a2d-a152-0e993a4bb245"
 RECORD = """
 import sys
 from spool_reporter import App, record
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 if sys.argv[1] == "django":
     app = django_app("5.2")
 else:

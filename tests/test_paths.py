@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import platformdirs
 import pytest
 
-from spool_reporter import _paths
+from spool_reporter import _hook
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX layouts; Windows has its own CI")
 
@@ -40,25 +40,25 @@ def patched_environ(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
 
 @pytest.mark.parametrize("patched_environ", ENVIRONMENTS, indirect=True)
 def test_user_config_dir_matches_platformdirs(patched_environ: dict[str, str]) -> None:
-    assert _paths.user_config_dir() == platformdirs.user_config_dir()
+    assert _hook.user_config_dir() == platformdirs.user_config_dir()
 
 
 @pytest.mark.parametrize("patched_environ", ENVIRONMENTS, indirect=True)
 def test_site_config_dir_matches_platformdirs(patched_environ: dict[str, str]) -> None:
-    assert _paths.site_config_dir() == platformdirs.site_config_dir()
+    assert _hook.site_config_dir() == platformdirs.site_config_dir()
 
 
 @pytest.mark.parametrize("patched_environ", ENVIRONMENTS, indirect=True)
 def test_user_state_dir_matches_platformdirs(patched_environ: dict[str, str]) -> None:
     expected = platformdirs.user_state_dir("spool_reporter", appauthor=False)
-    assert _paths.user_state_dir("spool_reporter") == expected
+    assert _hook.user_state_dir("spool_reporter") == expected
 
 
 def test_explicit_environ_is_used_instead_of_process_environ() -> None:
     env = {"HOME": "/h", "XDG_CONFIG_HOME": "/c", "XDG_STATE_HOME": "/s", "XDG_CONFIG_DIRS": "/p"}
-    assert _paths.user_config_dir(env) == "/c"
-    assert _paths.user_state_dir("a", env) == "/s/a"
-    assert _paths.site_config_dir(env) == "/p"
+    assert _hook.user_config_dir(env) == "/c"
+    assert _hook.user_state_dir("a", env) == "/s/a"
+    assert _hook.site_config_dir(env) == "/p"
 
 
 def test_relative_home_is_treated_as_unset() -> None:
@@ -66,10 +66,10 @@ def test_relative_home_is_treated_as_unset() -> None:
     import pwd
 
     expected = pwd.getpwuid(os.getuid()).pw_dir
-    assert _paths.user_config_dir({"HOME": "relative-home"}) == os.path.join(expected, ".config")
+    assert _hook.user_config_dir({"HOME": "relative-home"}) == os.path.join(expected, ".config")
 
 
 @pytest.mark.parametrize("patched_environ", ENVIRONMENTS, indirect=True)
 def test_site_config_dirs_match_platformdirs_multipath(patched_environ: dict[str, str]) -> None:
     expected = platformdirs.PlatformDirs(multipath=True).site_config_dir.split(os.pathsep)
-    assert _paths.site_config_dirs() == expected
+    assert _hook.site_config_dirs() == expected

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from spool_reporter import App, record
-from spool_reporter._hook import notice_text
+from spool_reporter._firstrun import notice_text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def test_hook_path_imports_none_of_the_heavy_modules(sandbox: Sandbox, app: App)
         import sys
         before = set(sys.modules)
         from spool_reporter import record
-        from spool_reporter._app import django_app
+        from spool_reporter._hook import django_app
         assert record("startproject", app=django_app("5.2"), notice=True)
         new = set(sys.modules) - before
         print(",".join(sorted(m for m in new if m.split(".")[0] in {FORBIDDEN_ON_HOOK_PATH!r})))
@@ -124,7 +124,7 @@ def test_debug_prints_the_event_instead_of_spooling(sandbox: Sandbox, app: App) 
     result = py(
         """
         from spool_reporter import record
-        from spool_reporter._app import django_app
+        from spool_reporter._hook import django_app
         print(record("startproject", app=django_app("5.2")))
         """,
         env,
@@ -144,7 +144,7 @@ def test_never_prints_and_never_raises_when_everything_is_broken(sandbox: Sandbo
         """
         import sys
         from spool_reporter import record, App
-        from spool_reporter._app import django_app
+        from spool_reporter._hook import django_app
         print(record("startproject", app=django_app("5.2"), notice=True))
         print(record("startproject", app=App(name="MyTool", version="1"), notice=True))
         """,
@@ -156,7 +156,7 @@ def test_never_prints_and_never_raises_when_everything_is_broken(sandbox: Sandbo
 def test_notice_printed_once_on_stderr(sandbox: Sandbox, app: App) -> None:
     code = """
     from spool_reporter import record
-    from spool_reporter._app import django_app
+    from spool_reporter._hook import django_app
     print(record("startproject", app=django_app("5.2"), notice=True))
     """
     first = py(code, sandbox.env)
@@ -176,7 +176,7 @@ def record_together(sandbox: Sandbox, count: int = 6) -> list[tuple[str, str]]:
         while not os.path.exists({str(go)!r}) and time.monotonic() < deadline:
             time.sleep(0.001)
         from spool_reporter import record
-        from spool_reporter._app import django_app
+        from spool_reporter._hook import django_app
         print(record("startproject", app=django_app("5.2"), notice=True))
         """
     )
@@ -232,7 +232,7 @@ def no_destination(sandbox: Sandbox) -> dict[str, str]:
 
 NOTICE_RUN = """
 from spool_reporter import record
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 print(record("startproject", app=django_app("5.2"), notice=True))
 """
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import Sandbox
 from servers import fill, serving, wait_for, with_destination
 
-from spool_reporter import App, _flush, _hook, _hot, _spawn, _spool
+from spool_reporter import App, _flush, _hook, _spawn, _spool
 
 POSIX = pytest.mark.skipif(sys.platform == "win32", reason="POSIX process semantics")
 
@@ -46,7 +46,7 @@ def test_windows_flags(app: App) -> None:
 
 
 def test_flusher_marker_is_the_hooks() -> None:
-    assert _spawn.FLUSHER_ENV == _hook.FLUSHER_ENV
+    assert _hook.FLUSHER_ENV == _hook.FLUSHER_ENV
 
 
 def test_posix_flags_and_arguments(app: App) -> None:
@@ -88,7 +88,7 @@ def test_the_posix_spawn_plan(app: App, lock: int | None, closefrom: bool) -> No
         (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
     ]
     target = None if lock is None else (4 if lock == 3 else 3)
-    assert env.get(_spawn.FLUSHER_LOCK_FD_ENV) == (None if target is None else str(target))
+    assert env.get(_hook.FLUSHER_LOCK_FD_ENV) == (None if target is None else str(target))
     dup = [a for a in actions if a[0] == os.POSIX_SPAWN_DUP2]
     assert dup == ([] if lock is None else [(os.POSIX_SPAWN_DUP2, lock, target)])
     rest = [a for a in actions[3:] if a[0] != os.POSIX_SPAWN_DUP2]
@@ -98,7 +98,7 @@ def test_the_posix_spawn_plan(app: App, lock: int | None, closefrom: bool) -> No
     else:
         closed = {a[1] for a in rest}
         assert closed == {3, 5, 9} - {target}
-    assert spec.env.get(_spawn.FLUSHER_LOCK_FD_ENV) == (None if lock is None else str(lock))  # the spec is left alone
+    assert spec.env.get(_hook.FLUSHER_LOCK_FD_ENV) == (None if lock is None else str(lock))  # the spec is left alone
     assert _spawn.posix_plan(spec, None, closefrom=None) is None  # nothing listed, no closefrom: subprocess
 
 
@@ -119,15 +119,23 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[_spawn.SpawnSpec]:
 
 
 def spawn(
-    sandbox: Sandbox, app: App, env: dict[str, str], *, size: int = 100, long_lived: bool = False, **kw: object
+    sandbox: Sandbox,
+    app: App,
+    env: dict[str, str],
+    *,
+    size: int = 100,
+    long_lived: bool = False,
+    user: dict[str, str] | None = None,
+    policy: dict[str, str] | None = None,
 ) -> bool:
+    """The hook's own gate and start (what record() runs after an append to a spool of ``size`` bytes)."""
     with _spool.Folder(str(sandbox.state_dir(app)), create=True) as folder:
-        return _spawn.maybe_spawn(app, folder, size, long_lived=long_lived, environ=env, **kw)  # type: ignore[arg-type]
+        return _hook.start_flusher_if_due(app, folder, size, env=env, user=user, policy=policy, long_lived=long_lived)
 
 
 def age_stamp(sandbox: Sandbox, app: App, seconds: float) -> None:
     """Pretend the last spawn happened ``seconds`` ago."""
-    stamp = sandbox.state_dir(app) / _spawn.STAMP_NAME
+    stamp = sandbox.state_dir(app) / _hook.STAMP_NAME
     then = time.time() - seconds
     os.utime(stamp, (then, then))
 
@@ -170,7 +178,7 @@ LEFT_TO_THE_FLUSHER = [
 def test_the_hooks_refusal_agrees_with_the_settings(url: str) -> None:
     from spool_reporter._settings import _check_url
 
-    if _spawn.refused_endpoint(url):
+    if _hook.refused_endpoint(url):
         assert url in REFUSED
         assert _check_url(url) is not None  # never refuses a URL the flusher would accept
     else:
@@ -194,7 +202,7 @@ def test_an_apps_default_destination_reaches_the_flusher(sandbox: Sandbox, start
     assert spec.env["MYTOOL_ANALYTICS_ENDPOINT"] == "https://tool.example/v1/batch"
     assert spec.env["MYTOOL_ANALYTICS_TRANSPORT"] == "json"
     # Named anywhere else, the App's default is not in effect, and the flusher resolves it itself.
-    age_stamp(sandbox, tool, _spawn.SPAWN_INTERVAL + 1)
+    age_stamp(sandbox, tool, _hook.SPAWN_INTERVAL + 1)
     sandbox.write_user(tool, "endpoint=https://mine.example/v1/batch\n")
     assert _hook.record_event("build", app=tool, environ=env)
     assert "MYTOOL_ANALYTICS_ENDPOINT" not in started[1].env
@@ -207,18 +215,18 @@ def test_interval_threshold_and_long_lived(sandbox: Sandbox, app: App, started: 
     # Right after a spawn nothing starts another, not even runserver or a large spool: the new flusher may
     # not hold flusher.lock yet (the start-up race the fault suite's storm found).
     assert not spawn(sandbox, app, env, long_lived=True)
-    assert not spawn(sandbox, app, env, size=_spawn.SPAWN_THRESHOLD_BYTES)
-    age_stamp(sandbox, app, _spawn.SPAWN_GAP + 1)
+    assert not spawn(sandbox, app, env, size=_hook.SPAWN_THRESHOLD_BYTES)
+    age_stamp(sandbox, app, _hook.SPAWN_GAP + 1)
     assert spawn(sandbox, app, env, long_lived=True)  # runserver
-    age_stamp(sandbox, app, _spawn.SPAWN_GAP + 1)
-    assert spawn(sandbox, app, env, size=_spawn.SPAWN_THRESHOLD_BYTES)  # a large spool
-    stamp = sandbox.state_dir(app) / _spawn.STAMP_NAME
-    past = time.time() - _spawn.SPAWN_INTERVAL - 1
+    age_stamp(sandbox, app, _hook.SPAWN_GAP + 1)
+    assert spawn(sandbox, app, env, size=_hook.SPAWN_THRESHOLD_BYTES)  # a large spool
+    stamp = sandbox.state_dir(app) / _hook.STAMP_NAME
+    past = time.time() - _hook.SPAWN_INTERVAL - 1
     os.utime(stamp, (past, past))
     assert spawn(sandbox, app, env)
-    assert not spawn(sandbox, app, {**env, _spawn.SPAWN_INTERVAL_ENV: "100000"})  # can only shorten
+    assert not spawn(sandbox, app, {**env, _hook.SPAWN_INTERVAL_ENV: "100000"})  # can only shorten
     os.utime(stamp, (time.time() - 2, time.time() - 2))
-    assert spawn(sandbox, app, {**env, _spawn.SPAWN_INTERVAL_ENV: "1"})
+    assert spawn(sandbox, app, {**env, _hook.SPAWN_INTERVAL_ENV: "1"})
     assert len(started) == 5
     assert oct(stamp.stat().st_mode & 0o777) == "0o600"
 
@@ -226,22 +234,22 @@ def test_interval_threshold_and_long_lived(sandbox: Sandbox, app: App, started: 
 def test_backoff_gate_blocks_even_long_lived(sandbox: Sandbox, app: App, started: list[object]) -> None:
     env = {**sandbox.env, "DJANGO_ANALYTICS_ENDPOINT": "https://x.example/"}
     spawn(sandbox, app, env)
-    gate = sandbox.state_dir(app) / _spawn.GATE_NAME
+    gate = sandbox.state_dir(app) / _hook.GATE_NAME
     gate.touch(mode=0o600)
     later = time.time() + 3600
     os.utime(gate, (later, later))
     assert not spawn(sandbox, app, env, long_lived=True)
     assert not spawn(sandbox, app, env, size=10**9)
     os.utime(gate, (time.time() - 1, time.time() - 1))
-    age_stamp(sandbox, app, _spawn.SPAWN_GAP + 1)
+    age_stamp(sandbox, app, _hook.SPAWN_GAP + 1)
     assert spawn(sandbox, app, env, long_lived=True)
 
 
 def test_running_flusher_blocks(sandbox: Sandbox, app: App, started: list[object]) -> None:
     env = {**sandbox.env, "DJANGO_ANALYTICS_ENDPOINT": "https://x.example/"}
     spawn(sandbox, app, env, long_lived=True)
-    age_stamp(sandbox, app, _spawn.SPAWN_GAP + 1)
-    with filelock.FileLock(str(sandbox.state_dir(app) / _spawn.FLUSHER_LOCK_NAME)):
+    age_stamp(sandbox, app, _hook.SPAWN_GAP + 1)
+    with filelock.FileLock(str(sandbox.state_dir(app) / _hook.FLUSHER_LOCK_NAME)):
         assert not spawn(sandbox, app, env, long_lived=True)
     assert spawn(sandbox, app, env, long_lived=True)
 
@@ -266,7 +274,7 @@ def test_record_passes_the_config_to_the_gate(sandbox: Sandbox, app: App, starte
 
 def test_offline_laptop_a_day_of_commands_starts_few_flushers(sandbox: Sandbox, app: App) -> None:
     """A command every minute for 24 hours against a dead network, with the default interval and back-off:
-    the real gate (:func:`_spawn.due`) on a real folder, the clock moved by the test."""
+    the real gate (:func:`_hook.gate_open`; no flusher runs) on a real folder, the clock moved by the test."""
     import random
 
     from spool_reporter import _settings
@@ -281,11 +289,11 @@ def test_offline_laptop_a_day_of_commands_starts_few_flushers(sandbox: Sandbox, 
     with _spool.Folder(str(path), create=True) as folder:
         for minute in range(24 * 60):
             now = t0 + 60 * minute
-            if _spawn.due(folder, 1000, long_lived=False, env=env, now=now):
+            if _hook.gate_open(folder, 1000, long_lived=False, env=env, now=now):
                 spawned.append(minute)
-                _spawn._touch(folder, _spawn.STAMP_NAME, now)
+                _hook.touch(folder, _hook.STAMP_NAME, now)
                 failures += 1  # the flusher fails and writes its back-off
-                _spool.touch(folder, _spawn.GATE_NAME, now + _flush.backoff_delay(failures, None, tune))
+                _hook.touch(folder, _hook.GATE_NAME, now + _flush.backoff_delay(failures, None, tune))
     # 60 s doubling to 24 h: 0, 5, 10, 15, ~23, ~35 min, ... then hours apart.
     # With this seed: 11 flushers, at minutes 0, 5, 10, 15, 22, 31, 51, 115, 193, 404 and 778.
     assert 8 <= len(spawned) <= 14, spawned
@@ -296,12 +304,12 @@ def test_offline_laptop_a_day_of_commands_starts_few_flushers(sandbox: Sandbox, 
 
 def flusher_idle(sandbox: Sandbox, app: App) -> bool:
     """No flusher holds flusher.lock (probed with the hook's own try-lock)."""
-    path = sandbox.state_dir(app) / _spawn.FLUSHER_LOCK_NAME
+    path = sandbox.state_dir(app) / _hook.FLUSHER_LOCK_NAME
     if not path.exists():
         return True
     fd = os.open(path, os.O_RDWR)
     try:
-        return _spool._try_lock(fd)
+        return _hook.try_lock(fd)
     finally:
         os.close(fd)
 
@@ -344,7 +352,7 @@ def test_pipeline_ends_with_the_command_not_the_flusher(sandbox: Sandbox, app: A
         """
         import sys
         from spool_reporter import record
-        from spool_reporter._app import django_app
+        from spool_reporter._hook import django_app
         assert record("startproject", app=django_app("5.2"), long_lived=True)
         print("project created")
         """
@@ -383,11 +391,13 @@ def test_flusher_never_imports_the_users_project(sandbox: Sandbox, app: App, tmp
             import os, sys
             os.chdir({str(project)!r})
             sys.path.insert(0, {str(project)!r})  # as manage.py's directory is
-            from spool_reporter import _spool, _spawn
-            from spool_reporter._app import django_app
+            from spool_reporter import _hook, _spawn, _spool
+            from spool_reporter._hook import django_app
             app = django_app("5.2")
             with _spool.Folder({str(sandbox.state_dir(app))!r}, create=False) as folder:
-                assert _spawn.maybe_spawn(app, folder, 0, long_lived=True, environ=os.environ)
+                assert _hook.start_flusher_if_due(
+                    app, folder, 0, env=os.environ, user=None, policy=None, long_lived=True
+                )
             """
         )
         subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=30, cwd=project)
@@ -477,20 +487,19 @@ def test_spawned_flusher_starts_niced(sandbox: Sandbox, app: App, tmp_path: Path
 
 @pytest.mark.skipif(sys.platform == "win32", reason="flock descriptors are handed over on POSIX")
 def test_the_child_holds_the_flusher_lock_from_birth(sandbox: Sandbox, app: App) -> None:
-    # No start-up window: the moment maybe_spawn returns, before the child has run a line of Python, the lock
+    # No start-up window: the moment the hook's start returns, before the child has run a line of Python, the lock
     # is held (by the inherited descriptor), so no second flusher can be started or take it.
     with serving("silent") as server:
         env = with_destination(sandbox.env, server.url())
         fill(app, sandbox.env, 1)
         with _spool.Folder(str(sandbox.state_dir(app)), create=True) as folder:
-            assert _spawn.maybe_spawn(app, folder, 100, long_lived=True, environ=env)
-            assert _spawn.claim_flusher_lock(folder) is None
-            lock = filelock.FileLock(str(sandbox.state_dir(app) / _spawn.FLUSHER_LOCK_NAME))
+            assert spawn(sandbox, app, env, long_lived=True)
+            assert _hook.claim_flusher_lock(folder) is None
+            lock = filelock.FileLock(str(sandbox.state_dir(app) / _hook.FLUSHER_LOCK_NAME))
             with pytest.raises(filelock.Timeout):
                 lock.acquire(timeout=0.1)
         wait_for(lambda: server.received, timeout=60, what="the flusher's request")  # it sends under that lock
-    with _spool.Folder(str(sandbox.state_dir(app)), create=False) as folder:
-        wait_for(lambda: not _hot._flusher_running(folder), timeout=60, what="the flusher to finish")
+    wait_for(lambda: flusher_idle(sandbox, app), timeout=60, what="the flusher to finish")
 
 
 PLAIN_COMMAND = """
@@ -539,14 +548,14 @@ os.rename(sys.argv[1] + ".tmp", sys.argv[1])
 PARENT = """
 import os, sys, threading, json
 sys.path.insert(0, {tests!r})
-from spool_reporter import _spawn, _spool
-from spool_reporter._app import django_app
+from spool_reporter import _hook, _spawn, _spool
+from spool_reporter._hook import django_app
 extra = os.open(os.devnull, os.O_RDONLY)
 os.set_inheritable(extra, True)
 r, w = os.pipe()
 os.set_inheritable(w, True)  # a pipe end the host leaves inheritable: the flusher must not keep it open
 with _spool.Folder({folder!r}, create=True) as folder:
-    lock = _spawn.claim_flusher_lock(folder)
+    lock = _hook.claim_flusher_lock(folder)
     spec = _spawn.spawn_spec(django_app(), executable=sys.executable, environ=os.environ, cwd=folder.path,
                              windows=False, nice=_spawn.nice_command(), lock_fd=lock)
     spec.args[spec.args.index("-m"):] = ["-c", {child!r}, {out!r}]
@@ -578,7 +587,7 @@ def test_the_flusher_process_as_it_starts(sandbox: Sandbox, app: App, tmp_path: 
     assert {fds[n] for n in ("0", "1", "2")} == {os.devnull}
     lock = facts["lock_env"]
     assert lock == "3"
-    assert fds[lock] == str(folder / _spawn.FLUSHER_LOCK_NAME)
+    assert fds[lock] == str(folder / _hook.FLUSHER_LOCK_NAME)
     others = {n: target for n, target in fds.items() if n not in ("0", "1", "2", lock)}
     assert all(target.startswith("/proc/") for target in others.values()), others  # only the child's own listing
 
@@ -591,7 +600,7 @@ def test_no_zombie_is_left_to_a_long_lived_parent(sandbox: Sandbox, app: App, lo
     code = textwrap.dedent(
         f"""
         import os, sys, time
-        from spool_reporter import _spawn
+        from spool_reporter import _hook, _spawn
 
         def zombies():
             found = []

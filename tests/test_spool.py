@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from spool_reporter import App, record
-from spool_reporter._spool import SEGMENT_BYTES, Folder, count_queued, parse_lines, read_counters
+from spool_reporter._hook import SEGMENT_BYTES
+from spool_reporter._spool import Folder, count_queued, parse_lines, read_counters
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX file sema
 RECORD_LOOP = """
 import sys
 from spool_reporter import record
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 app = django_app("5.2")
 n = int(sys.argv[1]) if len(sys.argv) > 1 else {n}
 ok = sum(record("startproject", app=app) for _ in range(n))
@@ -157,7 +158,7 @@ def test_permissions_under_umask_000(sandbox: Sandbox, app: App, run_py: object)
     import os
     os.umask(0)
     from spool_reporter import record
-    from spool_reporter._app import django_app
+    from spool_reporter._hook import django_app
     print(record("startproject", app=django_app("5.2")))
     """
     result = run_py(code, sandbox.env)  # type: ignore[operator]
@@ -239,7 +240,7 @@ def test_read_only_state_folder_is_a_silent_no_op(sandbox: Sandbox, app: App) ->
     folder = sandbox.state_dir(app)
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     code = (
-        "from spool_reporter import record; from spool_reporter._app import django_app;"
+        "from spool_reporter import record; from spool_reporter._hook import django_app;"
         "import sys; r = record('startapp', app=django_app('5.2')); sys.stdout.write(str(r))"
     )
     if os.geteuid() == 0:  # root ignores modes: make the folder truly read-only in a private mount namespace
@@ -275,7 +276,7 @@ def test_full_disk_truncates_the_partial_line(sandbox: Sandbox, app: App) -> Non
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
     from spool_reporter import record
-    from spool_reporter._app import django_app
+    from spool_reporter._hook import django_app
     sys.stdout.write(str(record("startapp", app=django_app("5.2"))))
     """.replace("{limit}", str(size + 100))
     import textwrap
@@ -304,7 +305,7 @@ def test_missing_home_is_a_silent_no_op(sandbox: Sandbox, app: App, tmp_path: Pa
     code = """
     import sys
     from spool_reporter import record
-    from spool_reporter._app import django_app
+    from spool_reporter._hook import django_app
     sys.stdout.write(str(record("startproject", app=django_app("5.2"))))
     """
     import textwrap
@@ -366,7 +367,7 @@ def test_refused_events_are_counted_without_the_lock(sandbox: Sandbox, app: App)
     enable(sandbox, app)
     assert record("startproject", app=app, environ=sandbox.env)
     folder = sandbox.state_dir(app)
-    from spool_reporter._spool import MAX_ASIDE
+    from spool_reporter._hook import MAX_ASIDE
 
     for i in range(MAX_ASIDE):  # as many one-line segments as a lock held forever lets pile up
         (folder / f"seg-{i:020d}-1-1.jsonl").write_bytes(b"")

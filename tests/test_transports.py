@@ -7,7 +7,7 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from spool_reporter import App, _event
+from spool_reporter import App, _event, _hook
 from spool_reporter._settings import Destination, is_loopback_host, resolve, tuning
 from spool_reporter.transports import ga4, transport_for, ua
 from spool_reporter.transports import json as json_transport
@@ -16,7 +16,7 @@ NOW = 1_796_285_748.0  # 2026-12-03T08:15:48Z
 
 
 def event(app: App, name: str = "startproject", *, when: float = NOW, client: str | None = None) -> dict[str, object]:
-    line = _event.build_line(app, name, client or _event.uuid4(), when)
+    line = _hook.build_line(app, name, client or _hook.uuid4(), when)
     valid = _event.validate(json.loads(line))
     assert valid is not None
     return valid
@@ -115,7 +115,7 @@ def test_transport_env_override_and_unknown(app: App) -> None:
 
 
 def test_broken_user_file_is_ignored_for_destination(app: App) -> None:
-    from spool_reporter._config import BROKEN
+    from spool_reporter._hook import BROKEN
 
     assert resolve(app, {}, user=BROKEN, policy=None, read_files=False).destination is None
 
@@ -195,7 +195,7 @@ def ga4_dest() -> Destination:
 
 
 def test_ga4_format_and_grouping(app: App) -> None:
-    alice, bob = _event.uuid4(), _event.uuid4()
+    alice, bob = _hook.uuid4(), _hook.uuid4()
     events = [event(app, client=alice, when=NOW - 60) for _ in range(30)] + [event(app, client=bob)]
     prepared = transport_for(ga4_dest()).prepare(events, now=NOW)
     assert not prepared.rejected
@@ -216,7 +216,7 @@ def test_ga4_format_and_grouping(app: App) -> None:
 
 
 def test_ga4_rejects_events_older_than_72_hours(app: App) -> None:
-    cid = _event.uuid4()
+    cid = _hook.uuid4()
     old = event(app, when=NOW - 72 * 3600 - 1, client=cid)
     fresh = event(app, when=NOW - 72 * 3600 + 60, client=cid)
     future = event(app, when=NOW + 3600, client=cid)
@@ -260,7 +260,7 @@ def test_ua_hits_are_dep8s_exact_field_set(app: App) -> None:
     prepared = transport_for(d).prepare(events, now=NOW)
     assert [len(b.events) for b in prepared.batches] == [20, 20, 5]
     request = prepared.batches[0].request
-    assert request.headers["User-Agent"] == _event.user_agent(app)
+    assert request.headers["User-Agent"] == _hook.user_agent(app)
     lines = request.body.split(b"\n")
     assert len(lines) == 20
     first = lines[0].decode()
@@ -284,8 +284,8 @@ def test_ua_groups_by_user_agent_and_respects_byte_limit(app: App, monkeypatch: 
     prepared = transport_for(d).prepare(events, now=NOW)
     assert sorted(len(b.events) for b in prepared.batches) == [1, 2]
     assert {b.request.headers["User-Agent"] for b in prepared.batches} == {
-        _event.user_agent(app),
-        _event.user_agent(other),
+        _hook.user_agent(app),
+        _hook.user_agent(other),
     }
     monkeypatch.setattr(ua, "MAX_BODY_BYTES", 300)
     prepared = transport_for(d).prepare([event(app) for _ in range(5)], now=NOW)

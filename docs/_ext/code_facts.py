@@ -44,7 +44,7 @@ FACTS: tuple[tuple[str, str, str, Any], ...] = (
     ("longest wait for the spool lock inside a command", "spool_reporter._spool", "LOCK_WAIT_SECONDS", _seconds),
     ("one-line segments kept beside a busy lock, at most", "spool_reporter._spool", "MAX_ASIDE", _count),
     ("largest spool line accepted", "spool_reporter._event", "MAX_LINE_BYTES", _size),
-    ("largest config or policy file trusted", "spool_reporter._config", "MAX_CONFIG_BYTES", _size),
+    ("largest config or policy file trusted", "spool_reporter._hook", "MAX_CONFIG_BYTES", _size),
     ("flusher: whole-run deadline, DNS included", "spool_reporter._settings", "DEADLINE", _seconds),
     ("flusher: connect timeout per request", "spool_reporter._settings", "CONNECT_TIMEOUT", _seconds),
     ("flusher: read (inactivity) timeout per request", "spool_reporter._settings", "READ_TIMEOUT", _seconds),

@@ -1,9 +1,9 @@
 """ "What is sent", generated from the code at build time.
 
-Five generators (``ci-variables``, the list of CI markers from ``_consent.CI_VARIABLES``, lives here too):
+Five generators (``ci-variables``, the list of CI markers from ``_hook.CI_VARIABLES``, lives here too):
 
 ``notice``
-    The one-time first-run notice, exactly as ``spool_reporter._hook.notice_text`` prints it for Django.
+    The one-time first-run notice, exactly as ``spool_reporter._firstrun.notice_text`` prints it for Django.
 
 ``event-fields``
     The allowlist table: every name in ``spool_reporter._event.FIELDS``, in order, with its meaning and
@@ -97,10 +97,10 @@ def _docstring_table() -> dict[str, tuple[str, str]]:
 
 
 def _example_line() -> dict[str, Any]:
-    from spool_reporter import _event
-    from spool_reporter._app import django_app
+    from spool_reporter import _hook
+    from spool_reporter._hook import django_app
 
-    line = _event.build_line(django_app("5.2.7"), "startproject", CLIENT_ID, time.time())
+    line = _hook.build_line(django_app("5.2.7"), "startproject", CLIENT_ID, time.time())
     return json.loads(line)
 
 
@@ -173,10 +173,8 @@ def _clean_environ(home: Path) -> dict[str, str]:
 
 def _prepare_home(home: Path, settings: dict[str, str]) -> dict[str, str]:
     """A user config (opted in explicitly, so a CI build is not treated as CI) and a spool of three events."""
-    from spool_reporter import _event, _spool
-    from spool_reporter._app import django_app
-    from spool_reporter._consent import user_config_path
-    from spool_reporter._hook import state_dir
+    from spool_reporter import _hook, _spool
+    from spool_reporter._hook import django_app, state_dir, user_config_path
 
     env = _clean_environ(home)
     app = django_app("5.2.7")
@@ -188,7 +186,7 @@ def _prepare_home(home: Path, settings: dict[str, str]) -> dict[str, str]:
     # Written with the spool's own append (the hook's code path, minus the flusher spawn).
     with _spool.Folder(state_dir(app, env), create=True) as folder:
         for i, event in enumerate(EVENTS):
-            _spool.append(folder, _event.build_line(app, event, CLIENT_ID, now - 60 * (len(EVENTS) - i)))
+            _hook.append(folder, _hook.build_line(app, event, CLIENT_ID, now - 60 * (len(EVENTS) - i)))
     return env
 
 
@@ -348,15 +346,15 @@ def generate_dry_run(app: Sphinx, docname: str, options: dict[str, str]) -> str:
 
 
 def generate_notice(app: Sphinx, docname: str, options: dict[str, str]) -> str:
-    from spool_reporter._app import django_app
-    from spool_reporter._hook import notice_text
+    from spool_reporter._firstrun import notice_text
+    from spool_reporter._hook import django_app
 
     app.env.note_dependency(REPO / "spool_reporter" / "_hook.py")
     return fenced(notice_text(django_app()).strip("\n"), "text")
 
 
 def generate_ci_variables(app: Sphinx, docname: str, options: dict[str, str]) -> str:
-    from spool_reporter._consent import CI_VARIABLES
+    from spool_reporter._hook import CI_VARIABLES
 
     app.env.note_dependency(REPO / "spool_reporter" / "_consent.py")
     return "\n" + ", ".join(f"`{name}`" for name in CI_VARIABLES) + "\n"

@@ -62,7 +62,7 @@ def record_command(argv: "Sequence[str]", *, debug: "bool | None", environ: "Map
         if rule is None:
             return False
         from spool_reporter import record
-        from spool_reporter._hot import django_app  # as spool_reporter/__init__.py does: the lean hot-path module
+        from spool_reporter._hook import django_app  # as spool_reporter/__init__.py does: the lean hot-path module
 
         # django.VERSION, not django.get_version(): on a development checkout the latter runs `git log`.
         django: Any = sys.modules["django"]

@@ -502,7 +502,7 @@ class Victim:
     both. :meth:`run` runs Python code as that user."""
 
     def __init__(self, root: Path, config_extra: str = "", *, user: tuple[int, int] = VICTIM) -> None:
-        from spool_reporter._event import uuid4
+        from spool_reporter._hook import uuid4
 
         self.user = user
 

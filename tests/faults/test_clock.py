@@ -15,8 +15,8 @@ import time
 import pytest
 from servers import Server, fill, with_destination
 
-from spool_reporter import _flush, _hot, _settings
-from spool_reporter._app import django_app
+from spool_reporter import _flush, _hook, _settings
+from spool_reporter._hook import django_app
 
 from ._helpers import Figures, flusher_idle, ids_in, python_cmd, spool_bytes, wait_until
 
@@ -32,13 +32,13 @@ COMMANDS = 3
 
 RECORD = """
 from spool_reporter import record
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 record("startproject", app=django_app("5.2"))
 """
 
 
 def test_the_hook_and_the_flusher_share_the_longest_back_off() -> None:
-    assert _hot.MAX_BACKOFF == _settings.BACKOFF_CAP
+    assert _hook.MAX_BACKOFF == _settings.BACKOFF_CAP
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ import time
 import pytest
 from servers import Received, Server, fill, with_destination
 
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 
 from ._helpers import Figures, cli_cmd, counters, flusher_cmd, ids_in, python_cmd, spool_bytes
 
@@ -33,7 +33,7 @@ APP = django_app("5.2")
 RECORD = """
 import sys
 from spool_reporter import record
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 record("startapp", app=django_app("5.2"))
 """
 
@@ -108,7 +108,7 @@ class _HeldServer(Server):
 WRITER = """
 import os, sys
 from spool_reporter._hook import record_event
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 app = django_app("5.2")
 for _ in range(int(sys.argv[1])):
     assert record_event("startproject", app=app)

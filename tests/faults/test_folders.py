@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(sys.platform != "linu
 
 RECORD = """
 from spool_reporter import record
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 print(record("startproject", app=django_app("5.2")), flush=True)
 """
 
@@ -94,7 +94,7 @@ def test_a_root_owned_link_above_the_state_base_is_followed(figures: Figures) ->
 
 VICTIM_LOOP = """
 import os, stat, sys, time
-from spool_reporter._hot import Folder
+from spool_reporter._hook import Folder
 path, target, count, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 parent = os.path.dirname(path)
 end = time.monotonic() + seconds
@@ -199,8 +199,7 @@ def test_swap_between_mkdir_and_chmod(figures: Figures) -> None:
 
 def test_read_only_views_never_follow_a_planted_link(figures: Figures) -> None:
     # flush --dry-run and status read the spool folder too: through the same descriptors, never by path.
-    from spool_reporter._app import django_app
-    from spool_reporter._event import build_line, uuid4
+    from spool_reporter._hook import build_line, django_app, uuid4
 
     with users_root() as root:
         users = Victim(root)
@@ -270,7 +269,7 @@ os._exit = report_then_exit  # the flusher ends with os._exit (a worker may stil
 try:
     if mode == "record":
         from spool_reporter import record
-        from spool_reporter._app import django_app
+        from spool_reporter._hook import django_app
         record("startproject", app=django_app("5.2"))
     else:
         sys.argv = [mode, *rest]
@@ -327,6 +326,6 @@ def test_purge_reaches_nothing_by_path(sandbox: Any) -> None:
 
 
 def django_app_52() -> Any:
-    from spool_reporter._app import django_app
+    from spool_reporter._hook import django_app
 
     return django_app("5.2")

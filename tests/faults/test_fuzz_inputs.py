@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spool_reporter import _flush, _settings, _spool
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 from spool_reporter.collector import make_app
 from spool_reporter.transports import Request
 

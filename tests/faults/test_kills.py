@@ -20,7 +20,7 @@ import pytest
 from servers import Received, Server, fill, serving, with_destination
 
 from spool_reporter import _flush
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 
 from ._helpers import (
     SLEEP_SYSCALLS,
@@ -50,7 +50,7 @@ BIG_CAPS = "disable=0\nmax_events=10000000\nmax_bytes=4000000000\n"
 ENDLESS_WRITER = """
 import os, sys
 from spool_reporter import record
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 app = django_app("5.2")
 tag = sys.argv[1]
 os.write(1, b"ready\\n")

@@ -15,7 +15,7 @@ import time
 import pytest
 from servers import Server, fill, with_destination
 
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 
 from ._helpers import Figures, counters, flusher_cmd, ids_in, python_cmd, spool_bytes
 
@@ -30,7 +30,7 @@ APP = django_app("5.2")
 KILLED = """
 import os, signal, sys
 from spool_reporter import record
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 point = sys.argv[1]
 real_write, real_rename = os.write, os.rename
 aside = []

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from spool_reporter import _flush
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 
 from ._helpers import (
     Figures,
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.timeout(900)
 WRITER = """
 import os, sys, time
 from spool_reporter import record
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 app = django_app("5.2")
 tag, n = sys.argv[1], int(sys.argv[2])
 worst = 0.0

@@ -21,7 +21,7 @@ import pytest
 from servers import Proxy, RefusedPort, Server, fill, with_destination
 
 from spool_reporter import _flush
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 
 from ._helpers import (
     Figures,
@@ -192,14 +192,14 @@ now waits ``SPAWN_GAP`` after any spawn. Kept as a switch so the figures say so 
 
 STORM_COMMAND = """
 from spool_reporter import record
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 record("startproject", app=django_app("5.2"))
 """
 
 LONG_LIVED = """
 import sys, time
 from spool_reporter import record
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 app = django_app("5.2")
 end = time.monotonic() + float(sys.argv[1])
 n = 0

@@ -60,7 +60,7 @@ COMMANDS = 3
 RECORD = """
 import sys
 from spool_reporter import record
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 print("hello", flush=True)
 record("startproject", app=django_app("5.2"))
 print("bye", flush=True)
@@ -106,7 +106,7 @@ def _old_segment(victim: Victim) -> None:
         f"""
         import os
         from spool_reporter._hook import record_event
-        from spool_reporter._app import django_app
+        from spool_reporter._hook import django_app
         from spool_reporter._spool import Folder
         # A named but refused destination: recorded (with no destination nothing is), and no flusher starts.
         env = {{**os.environ, "DJANGO_ANALYTICS_ENDPOINT": {SANDBOX_ENDPOINT!r}}}

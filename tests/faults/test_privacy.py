@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from servers import serving, wait_for, with_destination
 
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 
 from ._helpers import Figures, flushers_of, tree
 
@@ -44,7 +44,7 @@ COMMAND = textwrap.dedent(
     sys.addaudithook(hook)
     sys.argv = ["django-admin", "startproject", {PROJECT!r}, sys.argv[1]]
     from spool_reporter import record
-    from spool_reporter._app import django_app
+    from spool_reporter._hook import django_app
     app = django_app("5.2")
     results = [record(name, app=app, notice=True, long_lived=True) for name in ("startproject", "startapp")]
     print(json.dumps({{"events": events, "results": results}}))

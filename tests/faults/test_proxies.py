@@ -21,7 +21,7 @@ import pytest
 from servers import Proxy, Server, fill, ipv6_loopback_socket, with_destination
 
 from spool_reporter import _flush
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 
 from ._helpers import Figures, flusher_cmd, ids_in, silent_dns, spool_bytes, wait_until
 

@@ -21,7 +21,7 @@ import pytest
 from servers import Received, Server, fill, with_destination
 
 from spool_reporter import _flush
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 
 from ._helpers import Figures, flusher_cmd, ids_in, scale, spool_bytes
 

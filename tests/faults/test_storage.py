@@ -23,8 +23,7 @@ from pathlib import Path
 import pytest
 from servers import fill, serving
 
-from spool_reporter._app import django_app
-from spool_reporter._event import uuid4
+from spool_reporter._hook import django_app, uuid4
 
 from ._helpers import Figures, flushers_of, kill, scale, tree, wait_until
 
@@ -44,7 +43,7 @@ DEADLINE = 2.0
 COMMAND = """
 import sys
 from spool_reporter import record
-from spool_reporter._app import django_app
+from spool_reporter._hook import django_app
 print("hello", flush=True)
 app = django_app("5.2")
 for name in ("startproject", "startapp", "runserver"):

@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 from conftest import Sandbox
 
-from spool_reporter._app import django_app
 from spool_reporter._event import FIELDS
-from spool_reporter._hook import notice_text
+from spool_reporter._firstrun import notice_text
+from spool_reporter._hook import django_app
 
 from ._django_venv import Venv, build_wheel, django_series, venv_env
 
@@ -620,7 +620,7 @@ ex = m.ManagementUtility.execute
 inner = getattr(ex, "__wrapped__", None)
 print(armed_at_start, mark(), getattr(ex, "__spool_reporter_wrapped__", False),
       getattr(inner, "__spool_reporter_wrapped__", False), "spool_reporter._arm" in sys.modules,
-      "spool_reporter._hot" in sys.modules)
+      "spool_reporter._hook" in sys.modules)
 """
 
 
@@ -646,7 +646,7 @@ def test_other_python_processes_are_not_armed(user: User, argv: tuple[str, ...],
         "import sys\n"
         "print('spool_reporter._arm' in sys.modules, "
         "[f for f in sys.meta_path if getattr(f, 'spool_reporter_finder', False)], "
-        "'spool_reporter._hot' in sys.modules)\n"
+        "'spool_reporter._hook' in sys.modules)\n"
     )
     (user.work / "other.py").write_text(code)
     (user.work / "probe.py").write_text(code)
