@@ -62,9 +62,13 @@ def record(
 
 def decide(app: "App", environ: "Mapping[str, str] | None" = None) -> "Decision":
     """Whether reporting is on for ``app`` here and now, and which rule decided it. Reads two small files."""
-    from ._hook import current
+    import os
 
-    return current(app, environ)
+    from ._hook import decide as decide_from
+    from ._hook import read_inputs
+
+    env = os.environ if environ is None else environ
+    return decide_from(app, env, *read_inputs(app, env))
 
 
 def __getattr__(name: "str") -> "object":

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
-from . import _consent, _hook, _settings, _spool
+from . import _consent, _hook, _settings, _spawn, _spool
 from ._hook import FLUSHER_LOCK_FD_ENV, FLUSHER_LOCK_NAME, GATE_NAME, App
 from .transports import Batch, Event, Request, transport_for
 
@@ -742,7 +742,7 @@ def _record(
     }
     try:
         _spool.replace_file(folder, STATE_NAME, json.dumps(new, sort_keys=True).encode("ascii") + b"\n")
-        _hook.touch(folder, GATE_NAME, next_retry if next_retry is not None else now)
+        _spawn.touch(folder, GATE_NAME, next_retry if next_retry is not None else now)
     except OSError:
         pass
     return next_retry
@@ -836,7 +836,7 @@ def _run(
                 # just to find that out again. Fixing the setting takes effect within the hour (or at once
                 # with `django-spool flush`).
                 with contextlib.suppress(OSError):
-                    _hook.touch(folder, GATE_NAME, _now() + min(NO_ENDPOINT_RETRY, tune.backoff_cap))
+                    _spawn.touch(folder, GATE_NAME, _now() + min(NO_ENDPOINT_RETRY, tune.backoff_cap))
             return FlushResult(outcome="no-endpoint", remaining=_spool.count_queued(folder), message=resolved.reason)
         inherited = None if foreground else _inherited_lock(env, folder)
         if inherited is not None:  # started by the hook, which handed over flusher.lock already locked

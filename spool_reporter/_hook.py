@@ -296,11 +296,6 @@ def site_config_dirs(environ: "Mapping[str, str] | None" = None) -> "list[str]":
     return dirs or ["/Library/Application Support" if _MACOS else "/etc/xdg"]
 
 
-def site_config_dir(environ: "Mapping[str, str] | None" = None) -> "str":
-    # The first system-wide configuration folder (platformdirs' site_config_dir()).
-    return site_config_dirs(environ)[0]
-
-
 def user_state_dir(appname: "str", environ: "Mapping[str, str] | None" = None) -> "str":
     # The user's state folder for ``appname``.
     env = os.environ if environ is None else environ
@@ -575,23 +570,11 @@ def read_policy(app: "App", environ: "Mapping[str, str] | None" = None) -> "tupl
     return paths[0], None
 
 
-def policy_path(app: "App", environ: "Mapping[str, str] | None" = None) -> "str":
-    # The policy file in effect, or where one would be looked for first.
-    return read_policy(app, environ)[0]
-
-
 def read_inputs(
     app: "App", environ: "Mapping[str, str] | None" = None
 ) -> "tuple[dict[str, str] | None, dict[str, str] | None]":
     # Read the user file and the policy file (each ``None``, a mapping, or ``BROKEN``).
     return read(user_config_path(app, environ)), read_policy(app, environ)[1]
-
-
-def current(app: "App", environ: "Mapping[str, str] | None" = None) -> "Decision":
-    # Read the files and decide, for this process's environment unless ``environ`` is given.
-    env = os.environ if environ is None else environ
-    user, policy = read_inputs(app, env)
-    return decide(app, env, user, policy)
 
 
 # === the event: the allowlisted fields as one JSON line =============================================================
@@ -840,8 +823,6 @@ _APPEND_FLAGS: "Final" = os.O_RDWR | os.O_APPEND | os.O_CREAT | O_NOFOLLOW | O_C
 # O_RDWR, not O_WRONLY: the append reads the last byte back to detect a torn line.
 READ_FLAGS: "Final" = os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_BINARY
 
-_TOUCH_FLAGS: "Final" = os.O_WRONLY | os.O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK
-
 
 class SpoolError(OSError):
     # The spool folder or one of its files is not safe to use (symlink, wrong owner, not a file).
@@ -1022,19 +1003,6 @@ def open_ours(folder: "Folder", name: "str", flags: "int") -> "tuple[int, os.sta
     from ._spool import reopen
 
     return reopen(folder, name, flags)
-
-
-def touch(folder: "Folder", name: "str", when: "float") -> "None":
-    # Create file ``name`` if needed (setting aside anything planted there) and set its mtime to ``when``: the
-    # spawn stamp, the back-off gate.
-    fd = open_ours(folder, name, _TOUCH_FLAGS)[0]
-    try:
-        if os.utime in os.supports_fd:
-            os.utime(fd, (when, when))
-        else:  # pragma: no cover - Windows
-            os.utime(os.path.join(folder.path, name), (when, when))
-    finally:
-        os.close(fd)
 
 
 def lock_fd(folder: "Folder", wait: "float" = LOCK_WAIT_SECONDS) -> "int | None":

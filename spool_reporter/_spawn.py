@@ -37,8 +37,10 @@ from ._hook import (
     FLUSHER_ENV,
     FLUSHER_LOCK_FD_ENV,
     O_CLOEXEC,
+    O_NOFOLLOW,
+    O_NONBLOCK,
     STAMP_NAME,
-    touch,
+    open_ours,
 )
 
 TYPE_CHECKING = False
@@ -178,6 +180,23 @@ def spawn_spec(
         pass_fds=pass_fds,
         long_lived=long_lived,
     )
+
+
+_TOUCH_FLAGS: "Final" = os.O_WRONLY | os.O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK
+
+
+def touch(folder: "Folder", name: str, when: float) -> None:
+    # Create file ``name`` of the spool folder if needed (setting aside anything planted there) and set its mtime
+    # to ``when``: the files of the spawn gate, flush.spawned (the hook's stamp) and flush.notbefore (the
+    # flusher's back-off).
+    fd = open_ours(folder, name, _TOUCH_FLAGS)[0]
+    try:
+        if os.utime in os.supports_fd:
+            os.utime(fd, (when, when))
+        else:  # pragma: no cover - Windows
+            os.utime(os.path.join(folder.path, name), (when, when))
+    finally:
+        os.close(fd)
 
 
 def start(

@@ -331,7 +331,7 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         "transport": None if dest is None else dest.transport,
         "destination_text": resolved.reason,
         "config_file": _hook.user_config_path(app, env),
-        "policy_file": _hook.policy_path(app, env),
+        "policy_file": _hook.read_policy(app, env)[0],
         **spool,
         "last_flush": _iso(state.last_flush) if known else None,
         "last_result": state.last_result if known else None,

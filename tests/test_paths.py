@@ -45,7 +45,7 @@ def test_user_config_dir_matches_platformdirs(patched_environ: dict[str, str]) -
 
 @pytest.mark.parametrize("patched_environ", ENVIRONMENTS, indirect=True)
 def test_site_config_dir_matches_platformdirs(patched_environ: dict[str, str]) -> None:
-    assert _hook.site_config_dir() == platformdirs.site_config_dir()
+    assert _hook.site_config_dirs()[0] == platformdirs.site_config_dir()
 
 
 @pytest.mark.parametrize("patched_environ", ENVIRONMENTS, indirect=True)
@@ -58,7 +58,7 @@ def test_explicit_environ_is_used_instead_of_process_environ() -> None:
     env = {"HOME": "/h", "XDG_CONFIG_HOME": "/c", "XDG_STATE_HOME": "/s", "XDG_CONFIG_DIRS": "/p"}
     assert _hook.user_config_dir(env) == "/c"
     assert _hook.user_state_dir("a", env) == "/s/a"
-    assert _hook.site_config_dir(env) == "/p"
+    assert _hook.site_config_dirs(env)[0] == "/p"
 
 
 def test_relative_home_is_treated_as_unset() -> None:

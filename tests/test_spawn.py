@@ -291,9 +291,9 @@ def test_offline_laptop_a_day_of_commands_starts_few_flushers(sandbox: Sandbox, 
             now = t0 + 60 * minute
             if _hook.gate_open(folder, 1000, long_lived=False, env=env, now=now):
                 spawned.append(minute)
-                _hook.touch(folder, _hook.STAMP_NAME, now)
+                _spawn.touch(folder, _hook.STAMP_NAME, now)
                 failures += 1  # the flusher fails and writes its back-off
-                _hook.touch(folder, _hook.GATE_NAME, now + _flush.backoff_delay(failures, None, tune))
+                _spawn.touch(folder, _hook.GATE_NAME, now + _flush.backoff_delay(failures, None, tune))
     # 60 s doubling to 24 h: 0, 5, 10, 15, ~23, ~35 min, ... then hours apart.
     # With this seed: 11 flushers, at minutes 0, 5, 10, 15, 22, 31, 51, 115, 193, 404 and 778.
     assert 8 <= len(spawned) <= 14, spawned
