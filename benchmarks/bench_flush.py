@@ -1,7 +1,7 @@
 """The flusher: 10,000 queued events delivered to a local collector, and what a flusher costs the next command.
 
 1. **Delivery.** 10,000 events are recorded into a throw-away home, then a real detached-style flusher
-   (``python -m spool_reporter._flush --app django``, ``json`` transport) sends them to a minimal loopback
+   (``python -m spool_reporter._detached --app django``, ``json`` transport) sends them to a minimal loopback
    collector in this process. Measured: the flusher's wall time (process start to exit, interpreter start
    included) and its peak RSS (``getrusage(RUSAGE_CHILDREN).ru_maxrss``). Budget (MISSION.md): ≤ 2 s and
    ≤ 40 MiB on the development machine, asserted with :data:`TOLERANCE`.
@@ -94,7 +94,7 @@ def fill(env: dict[str, str], count: int) -> None:
 def deliver(env: dict[str, str]) -> float:
     start = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "spool_reporter._flush", "--app", "django"],
+        [sys.executable, "-m", "spool_reporter._detached", "--app", "django"],
         env={**env, FLUSHER_ENV: "1"},
         check=False,
         stdin=subprocess.DEVNULL,

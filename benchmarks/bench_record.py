@@ -21,8 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import percentile, publish
 
 from spool_reporter import record
-from spool_reporter._hook import append, build_line, django_app
-from spool_reporter._spool import Folder
+from spool_reporter._hook import Folder, append, build_line, django_app
 
 P50_BUDGET_US = 20.0  # MISSION.md: record() lock + append p50
 P99_BUDGET_US = 100.0  # MISSION.md: record() lock + append p99

@@ -11,7 +11,8 @@ hook's every-command path (:mod:`spool_reporter._hook`) does not carry this code
 import os
 import stat
 
-from ._hook import MAX_CONFIG_BYTES, is_uuid4, make_dirs, parse, seen_notice_version, take_lock, user_config_path, uuid4
+from ._files import make_dirs
+from ._hook import MAX_CONFIG_BYTES, is_uuid4, parse, seen_notice_version, take_lock, user_config_path, uuid4
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

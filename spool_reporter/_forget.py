@@ -6,7 +6,7 @@ What :func:`forget` does, in order:
    it works, and deletes every queued event: none of them will leave the machine;
 2. sends ``POST /v1/forget`` with ``{"client_id": "<the id>"}`` to the collector of the configured ``json``
    destination (its endpoint's ``/batch`` becomes ``/forget``), with the flusher's own sender
-   (:class:`spool_reporter._flush._Sender`): its one deadline (DNS included), its timeouts, certificates always
+   (:class:`spool_reporter._http.Sender`): its one deadline (DNS included), its timeouts, certificates always
    verified, plain HTTP only to loopback, ``HTTPS_PROXY``/``NO_PROXY`` honoured, no redirect followed, a
    small bounded answer read;
 3. once the collector answered ``2xx`` (``{"deleted": n}``), replaces the client id in the config file with a
@@ -119,7 +119,7 @@ def _send(url: str, client_id: str, env: Mapping[str, str]) -> tuple[bool, int |
     import json
     import time
 
-    from . import _flush, _settings
+    from . import _http, _settings
     from ._version import __version__
     from .transports import Request
 
@@ -132,7 +132,7 @@ def _send(url: str, client_id: str, env: Mapping[str, str]) -> tuple[bool, int |
         headers={"Content-Type": "application/json", "User-Agent": f"spool_reporter/{__version__}"},
         body=body,
     )
-    sender = _flush._Sender(url, env, tune, time.monotonic() + tune.deadline)
+    sender = _http.Sender(url, env, tune, time.monotonic() + tune.deadline)
     try:
         answer = sender.send(request)
     finally:
@@ -153,7 +153,7 @@ def forget(app: App, *, environ: Mapping[str, str] | None = None, send_while_off
     :mod:`spool_reporter._userconf`) for a config file that cannot be changed."""
     import os
 
-    from . import _consent, _flush, _hook, _settings, _spool
+    from . import _consent, _files, _flush, _hook, _settings
     from ._hook import FLUSHER_LOCK_NAME
 
     env = os.environ if environ is None else environ
@@ -166,16 +166,16 @@ def forget(app: App, *, environ: Mapping[str, str] | None = None, send_while_off
 
     lock = None
     try:
-        folder: _spool.Folder | None = _spool.Folder(path, create=False)
+        folder: _hook.Folder | None = _hook.Folder(path, create=False)
     except (FileNotFoundError, NotADirectoryError):
         folder = None  # no spool folder yet: nothing queued, no flusher to wait for
     if folder is not None:
         # As `flush` waits for a running flusher: none may send events of the old id while this runs. The
         # same descriptor-relative lock as the flusher's: nothing planted at the name is followed.
-        lock = _spool.FolderLock(folder, FLUSHER_LOCK_NAME, tune.deadline + _flush.WATCHDOG_GRACE + 1)
+        lock = _files.FolderLock(folder, FLUSHER_LOCK_NAME, tune.deadline + _flush.WATCHDOG_GRACE + 1)
         try:
             lock.acquire()
-        except _spool.LockTimeout:
+        except _files.LockTimeout:
             folder.close()
             return Result("busy", "a flusher is still running (it kept its lock); try again")
     try:
@@ -248,11 +248,11 @@ def _replace(app: App, env: Mapping[str, str]) -> str:
 def _purge(path: str) -> int:
     """The flusher's purge (under the spool lock); 0 if the lock stays busy (the hook holds it for microseconds,
     a flusher for a rename: only a stuck process keeps it)."""
-    from . import _flush, _spool
+    from . import _files, _flush
 
     try:
         return _flush._purge(path)
-    except _spool.LockTimeout:
+    except _files.LockTimeout:
         return 0
 
 

@@ -841,7 +841,7 @@ OWN_LEVELS: "Final" = 2
 #: The last two levels of a spool folder (``spool_reporter/<slug>``) are ours: real folders we own, 0700, never
 #: a symlink of any owner. Above them, a symlink is followed only if root or we own it: another user cannot make
 #: us walk into a folder of their choosing (``/home -> /var/home`` still works). The walk that checks all this,
-#: level by level through descriptors, is _spool.open_dirs; Folder takes it only when _known_folder cannot.
+#: level by level through descriptors, is _files.open_dirs; Folder takes it only when _known_folder cannot.
 VERIFIED_PREFIX: "Final" = ".verified-"
 
 
@@ -865,14 +865,6 @@ def _known_folder(path: "str") -> "int | None":
     return None
 
 
-def make_dirs(path: "str") -> "None":
-    # Create ``path`` and missing parents with mode ``0700``, whatever the umask, by descriptors (rare: first
-    # runs; the code is _spool.make_dirs).
-    from ._spool import make_dirs as make
-
-    make(path)
-
-
 class Folder:
     # An open, verified spool folder: operations are relative to a descriptor, so a symlink swapped in
     # for the folder after the check cannot redirect them. Use as a context manager.
@@ -887,6 +879,8 @@ class Folder:
         self.fd = None
         if not DIR_FD:  # pragma: no cover - Windows
             if create:
+                from ._files import make_dirs
+
                 make_dirs(path)
             st = os.lstat(path)
             if not stat.S_ISDIR(st.st_mode):
@@ -894,7 +888,7 @@ class Folder:
             return
         fd = _known_folder(path)
         if fd is None:
-            from ._spool import open_dirs  # rare: a first run, or a folder not verified yet
+            from ._files import open_dirs  # rare: a first run, or a folder not verified yet
 
             fd = open_dirs(path, create=create, own=OWN_LEVELS)
             try:
@@ -980,7 +974,7 @@ def take_lock(fd: "int", wait: "float" = LOCK_WAIT_SECONDS) -> "bool":
 def open_ours(folder: "Folder", name: "str", flags: "int") -> "tuple[int, os.stat_result]":
     # Open (and create) file ``name`` of the spool folder: ``(descriptor, fstat)``. Whatever sits there that is
     # not a regular file of ours -- a symlink, a folder, a FIFO, a hard link, another user's file -- is never
-    # followed or written: it is set aside and a fresh file made (rare, so that code is _spool.reopen). Raises
+    # followed or written: it is set aside and a fresh file made (rare, so that code is _files.reopen). Raises
     # OSError when the file cannot be opened at all (a read-only or full disk).
     try:
         fd = folder.open(name, flags)
@@ -1000,7 +994,7 @@ def open_ours(folder: "Folder", name: "str", flags: "int") -> "tuple[int, os.sta
         if trusted_file(st):
             return fd, st
         os.close(fd)
-    from ._spool import reopen
+    from ._files import reopen
 
     return reopen(folder, name, flags)
 

@@ -7,7 +7,7 @@
 #
 # The hook decides whether a flusher is due (its spawn gate: a destination, the back-off, the interval, no flusher
 # running; spool_reporter/_hook.py) and holds flusher.lock when it calls start(), which stamps the time and spawns.
-# The child: `nice -n 19 python -P -m spool_reporter._flush --app <slug> ...` in a new session, stdio on the
+# The child: `nice -n 19 python -P -m spool_reporter._detached --app <slug> ...` in a new session, stdio on the
 # null device, no inherited descriptors but the locked flusher.lock (so `django-admin startproject x | cat`
 # ends with the command), its working directory in the spool folder (`-m` puts the working directory on
 # sys.path on Python < 3.11: the user's project must never shadow a module), and SPOOL_REPORTER_FLUSHER=1 in its
@@ -124,7 +124,7 @@ def flusher_args(app: "App", executable: str, *, safe_path: bool, nice: "list[st
         executable,
         *(["-P"] if safe_path else []),
         "-m",
-        "spool_reporter._flush",
+        "spool_reporter._detached",
         "--app",
         app.slug,
         "--name",

@@ -39,14 +39,11 @@ import os
 import time
 from collections.abc import Iterator
 
+from . import _files
 from ._hook import (
     ACTIVE_NAME,
     COUNTERS_NAME,
-    DIR_FD,
-    DIR_FLAGS,
-    DIR_MODE,
     HUGE_ACTIVE_BYTES,
-    LOCK_FLAGS,
     LOCK_WAIT_SECONDS,
     MAX_ASIDE,
     O_BINARY,
@@ -56,27 +53,17 @@ from ._hook import (
     SEGMENT_BYTES,
     SEGMENT_PREFIX,
     SEGMENT_SUFFIX,
-    UID,
+    Folder,
     SpoolError,
     lock_fd,
     open_ours,
     parse,
     state_dir,
-    take_lock,
     trusted_file,
 )
-from ._hook import Folder as HotFolder
 
 REFUSED_NAME = "refused"
 """One byte per event refused beside a busy lock past :data:`MAX_ASIDE` (see :func:`append_aside`)."""
-
-INTRUDER_PREFIX = ".intruder-"
-"""A folder planted at one of our file names is renamed aside to ``.intruder-<ns>-<pid>-<name>`` (anything
-else planted there is unlinked: that never touches what a link points to); the flusher logs and clears them."""
-
-TMP_PREFIX = "tmp-"
-"""Short-lived files written and renamed under the spool lock (or by the one flusher); one left by a killed
-process is deleted by the next claim."""
 
 ASIDE_PREFIX = ".aside-"
 ASIDE_SUFFIX = ".tmp"
@@ -99,15 +86,9 @@ __all__ = [
     "ASIDE_SUFFIX",
     "count_queued",
     "enforce_caps",
-    "Folder",
-    "FolderLock",
     "in_flight",
-    "INTRUDER_PREFIX",
     "iter_lines",
-    "LockTimeout",
-    "make_dirs",
     "names",
-    "open_dirs",
     "parse_lines",
     "purge",
     "purge_if_present",
@@ -115,19 +96,14 @@ __all__ = [
     "read_counters",
     "recut",
     "REFUSED_NAME",
-    "reopen",
-    "replace_file",
     "SCAN_LIMIT",
     "seal_active",
     "segment_count",
     "segment_name",
     "segments",
     "Sending",
-    "set_aside",
     "STALE_ASIDE_SECONDS",
     "tidy",
-    "TMP_PREFIX",
-    "write_new",
 ]
 
 
@@ -163,7 +139,7 @@ def parse_lines(data: bytes) -> tuple[list[dict[str, object]], int]:
     return events, bad
 
 
-def count_queued(folder: HotFolder) -> int:
+def count_queued(folder: Folder) -> int:
     """Events waiting: sealed segments by their names, the active file by its lines."""
     total = sum(s[1] for s in segments(folder))
     try:
@@ -175,7 +151,7 @@ def count_queued(folder: HotFolder) -> int:
     return total
 
 
-def purge(folder: HotFolder) -> int:
+def purge(folder: Folder) -> int:
     """Delete every queued event (active file and segments). Caller holds the lock. Returns the count."""
     deleted = 0
     try:
@@ -203,14 +179,14 @@ def purge(folder: HotFolder) -> int:
 # --- the rare paths of the append, and the folder readers (imported lazily by the hook) ---
 
 
-def names(folder: HotFolder) -> list[str]:
+def names(folder: Folder) -> list[str]:
     if folder.fd is not None:
         with os.scandir(folder.fd) as it:
             return [entry.name for entry in it]
     return os.listdir(folder.path)  # pragma: no cover - Windows
 
 
-def segments(folder: HotFolder) -> list[tuple[str, int, int]]:
+def segments(folder: Folder) -> list[tuple[str, int, int]]:
     """Sealed segments, oldest first: ``(name, lines, bytes)``.
 
     Only regular files of ours count (anything else at a segment name holds no event of ours; the flusher sets
@@ -232,7 +208,7 @@ def segments(folder: HotFolder) -> list[tuple[str, int, int]]:
     return found
 
 
-def read_bytes(folder: HotFolder, name: str, limit: int) -> bytes | None:
+def read_bytes(folder: Folder, name: str, limit: int) -> bytes | None:
     """Read a regular file of ours, at most ``limit`` bytes; ``None`` if it does not exist."""
     try:
         fd = folder.open(name, READ_FLAGS)
@@ -269,231 +245,16 @@ def segment_name(lines: int, now_ns: int | None = None) -> str:
     return f"{SEGMENT_PREFIX}{ns:020d}-{os.getpid()}-{lines}{SEGMENT_SUFFIX}"
 
 
-# --- the state folder, level by level ---
-
-
-def _trusted_link(name: str, fd: int) -> str | None:
-    """The target of symlink ``name`` in folder ``fd`` if root or we own the link (checked twice, around the
-    read, so a link swapped in meanwhile is not followed); else ``None``."""
-    import stat
-
-    before = os.stat(name, dir_fd=fd, follow_symlinks=False)
-    if not stat.S_ISLNK(before.st_mode) or before.st_uid not in (0, UID):
-        return None
-    target = os.readlink(name, dir_fd=fd)
-    after = os.stat(name, dir_fd=fd, follow_symlinks=False)
-    same = (after.st_ino, after.st_dev, after.st_uid) == (before.st_ino, before.st_dev, before.st_uid)
-    return target if same else None
-
-
-MAX_LINKS = 40
-"""Symlinks followed at most while opening one folder: the kernel's own limit (``MAXSYMLINKS``)."""
-
-
-def open_dirs(path: str, *, create: bool, own: int = 0, tighten: bool = True) -> int:
-    """Open folder ``path`` one level at a time from ``/`` and return its descriptor.
-
-    Each level is opened relative to the descriptor of the one above it with ``O_DIRECTORY | O_NOFOLLOW``:
-    nothing is looked up by path, so a symlink swapped in between two steps is never followed. ``create``
-    makes missing levels (``mkdir`` relative to the parent's descriptor, then ``fchmod`` 0700 on the new
-    folder's own descriptor, whatever the umask). The last ``own`` levels, and every level made here, must
-    be folders we own; those of the last ``own`` are also tightened to 0700 unless ``tighten`` is false (a
-    read-only view). Above the last ``own`` levels a symlink is followed only if root or we own it.
-
-    Raises :class:`FileNotFoundError` for a missing level (``create`` false), :class:`SpoolError` for a level
-    that is not a folder or not ours, or a symlink that may not be followed.
-    """
-    import stat
-
-    names = path.split("/")[::-1]  # a stack: the next level is names.pop()
-    if names.pop() != "":
-        raise SpoolError(f"not an absolute path: {path}")
-    fd = os.open("/", DIR_FLAGS)
-    links = 0
-    try:
-        while names:
-            name = names.pop()
-            if name in ("", "."):
-                continue
-            mine = len(names) < own
-            created = False
-            try:
-                new = os.open(name, DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    raise
-                try:
-                    os.mkdir(name, DIR_MODE, dir_fd=fd)
-                    created = True
-                except FileExistsError:
-                    pass
-                new = os.open(name, DIR_FLAGS, dir_fd=fd)
-            except OSError as exc:  # ELOOP / ENOTDIR: a symlink, or something else that is not a folder
-                target = None if mine else _trusted_link(name, fd)
-                links += 1
-                if target is None or links > MAX_LINKS:
-                    raise SpoolError(f"not a folder: {path}") from exc
-                names.extend(target.split("/")[::-1])
-                if target.startswith("/"):
-                    new = os.open("/", DIR_FLAGS)
-                    os.close(fd)
-                    fd = new
-                continue
-            os.close(fd)
-            fd = new
-            if mine or created:
-                st = os.fstat(fd)
-                if UID is not None and st.st_uid != UID:
-                    raise SpoolError(f"not our folder: {path}")
-                if tighten and (st.st_mode & 0o077 or (created and stat.S_IMODE(st.st_mode) != DIR_MODE)):
-                    os.fchmod(fd, DIR_MODE)  # mkdir's mode is filtered by the umask; this one is not
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def make_dirs(path: str) -> None:
-    """Create ``path`` and missing parents with mode ``0700``, whatever the umask, by descriptors
-    (:func:`open_dirs`)."""
-    if DIR_FD:
-        os.close(open_dirs(path, create=True))
-        return
-    missing = []  # pragma: no cover - Windows: no descriptor-relative calls
-    head = path
-    while head and not os.path.isdir(head):
-        missing.append(head)
-        parent = os.path.dirname(head)
-        if parent == head:
-            break
-        head = parent
-    for directory in reversed(missing):
-        try:
-            os.mkdir(directory, DIR_MODE)
-        except FileExistsError:
-            continue
-        os.chmod(directory, DIR_MODE)
-
-
-# --- planted files: set aside, never followed ---
-
-
-@contextlib.contextmanager
-def _recovering(folder: HotFolder) -> Iterator[None]:
-    """One recovery at a time: an exclusive ``flock`` on the folder's own descriptor (no file of ours is
-    involved, so a planted one cannot stop it), bounded like the spool lock."""
-    if folder.fd is None:  # pragma: no cover - Windows
-        yield
-        return
-    if not take_lock(folder.fd, LOCK_WAIT_SECONDS):
-        raise BlockingIOError("another process is recovering the spool folder")
-    try:
-        yield
-    finally:
-        import fcntl
-
-        fcntl.flock(folder.fd, fcntl.LOCK_UN)
-
-
-def _planted(folder: HotFolder, name: str) -> bool:
-    """Whether something that is not a regular file of ours sits at ``name`` (``False`` if nothing does)."""
-    try:
-        return not trusted_file(folder.lstat(name))
-    except OSError:
-        return False
-
-
-def set_aside(folder: HotFolder, name: str) -> None:
-    """Get whatever sits at ``name`` out of the way: a folder is renamed to :data:`INTRUDER_PREFIX`..., anything
-    else is unlinked (a symlink's target, a hard link's other names and a FIFO's writers are never touched)."""
-    import stat
-
-    try:
-        st = folder.lstat(name)
-    except FileNotFoundError:
-        return
-    with contextlib.suppress(FileNotFoundError):
-        if stat.S_ISDIR(st.st_mode):
-            folder.rename(name, f"{INTRUDER_PREFIX}{time.time_ns()}-{os.getpid()}-{name}")
-        else:
-            folder.unlink(name)
-
-
-def reopen(folder: HotFolder, name: str, flags: int) -> tuple[int, os.stat_result]:
-    """:func:`~._hook.open_ours`' rare path: set aside what sits at ``name`` if it is not a regular file of ours,
-    then open (create) a fresh one; ``(descriptor, fstat)``.
-
-    Recoveries take turns (:func:`_recovering`) and look again under that lock, so a good file that another
-    process has just created is never set aside (which, for a lock file, would split its holders in two).
-    """
-    with _recovering(folder):
-        if _planted(folder, name):
-            set_aside(folder, name)
-        fd = folder.open(name, flags | os.O_CREAT)
-        try:
-            st = os.fstat(fd)
-            if not trusted_file(st):
-                raise SpoolError(f"{name} is not a file of ours")
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd, st
-
-
-_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_BINARY
-
-
-def write_new(folder: HotFolder, name: str, data: bytes) -> str:
-    """Write ``data`` to a fresh temporary file (:data:`TMP_PREFIX`) for ``name``; returns its name."""
-    tmp = f"{TMP_PREFIX}{os.getpid()}-{time.monotonic_ns()}-{name}"
-    fd = folder.open(tmp, _NEW_FLAGS)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    except BaseException:
-        os.close(fd)
-        folder.unlink(tmp)
-        raise
-    os.close(fd)
-    return tmp
-
-
-def replace_file(folder: HotFolder, name: str, data: bytes) -> None:
-    """Atomically replace ``name`` with ``data`` (temporary file + rename). The rename replaces a symlink, FIFO
-    or foreign file planted at ``name`` without following it; a planted folder is set aside first."""
-    import stat
-
-    tmp = write_new(folder, name, data)
-    try:
-        try:
-            folder.rename(tmp, name)
-        except OSError:
-            try:
-                planted = stat.S_ISDIR(folder.lstat(name).st_mode)
-            except OSError:
-                planted = False
-            if not planted:
-                raise
-            with _recovering(folder):
-                set_aside(folder, name)
-            folder.rename(tmp, name)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            folder.unlink(tmp)
-        raise
-
-
-def add_counter(folder: HotFolder, key: str, amount: int) -> None:
+def add_counter(folder: Folder, key: str, amount: int) -> None:
     """Add ``amount`` to drop counter ``key`` in ``counters``. Caller holds the lock."""
     if amount <= 0:
         return
     counts = _counters_file(folder)  # not read_counters: 'refused' lives in its own file
     counts[key] = counts.get(key, 0) + amount
-    replace_file(folder, COUNTERS_NAME, "".join(f"{k}={v}\n" for k, v in sorted(counts.items())).encode("ascii"))
+    _files.replace_file(folder, COUNTERS_NAME, "".join(f"{k}={v}\n" for k, v in sorted(counts.items())).encode("ascii"))
 
 
-def _counters_file(folder: HotFolder) -> dict[str, int]:
+def _counters_file(folder: Folder) -> dict[str, int]:
     try:
         data = read_bytes(folder, COUNTERS_NAME, 4096)
     except OSError:
@@ -502,7 +263,7 @@ def _counters_file(folder: HotFolder) -> dict[str, int]:
     return {k: int(v) for k, v in values.items() if v.isascii() and v.isdigit()}
 
 
-def read_counters(folder: HotFolder) -> dict[str, int]:
+def read_counters(folder: Folder) -> dict[str, int]:
     """The drop counters, with ``refused`` (events turned away beside a busy lock); damage reads as empty."""
     counts = _counters_file(folder)
     try:
@@ -514,7 +275,7 @@ def read_counters(folder: HotFolder) -> dict[str, int]:
     return counts
 
 
-def seal_active(folder: HotFolder) -> tuple[str, int] | None:
+def seal_active(folder: Folder) -> tuple[str, int] | None:
     """Rename ``spool.jsonl`` to a new segment. Caller holds the lock. Returns ``(name, lines)``.
 
     Something planted there that is not a regular file of ours is set aside unread (no event of ours is in it).
@@ -526,7 +287,7 @@ def seal_active(folder: HotFolder) -> tuple[str, int] | None:
     except FileNotFoundError:
         return None
     if not trusted_file(st):
-        set_aside(folder, ACTIVE_NAME)
+        _files.set_aside(folder, ACTIVE_NAME)
         return None
     if st.st_size == 0:
         return None
@@ -544,7 +305,7 @@ SCAN_LIMIT = 64 * 1024 * 1024
 """:func:`recut` reads at most this much of a damaged file (~30 ms): what lies beyond is one corrupt remainder."""
 
 
-def recut(folder: HotFolder, name: str) -> tuple[int, int]:
+def recut(folder: Folder, name: str) -> tuple[int, int]:
     """Re-cut file ``name`` (ours, but larger than we write) into segments of whole lines and delete it. Caller
     holds the lock. Lines longer than any event are skipped, never held in memory, and counted as ``corrupt``,
     one each; so is an unread remainder past :data:`SCAN_LIMIT`. Returns ``(lines kept, lines counted)``."""
@@ -562,7 +323,7 @@ def recut(folder: HotFolder, name: str) -> tuple[int, int]:
         def flush_segment() -> None:
             nonlocal out, out_bytes
             if out:
-                tmp = write_new(folder, SEGMENT_SUFFIX, b"".join(out))
+                tmp = _files.write_new(folder, SEGMENT_SUFFIX, b"".join(out))
                 folder.rename(tmp, segment_name(len(out)))
                 out, out_bytes = [], 0
 
@@ -606,7 +367,7 @@ def recut(folder: HotFolder, name: str) -> tuple[int, int]:
     return kept, bad
 
 
-def in_flight(folder: HotFolder, name: str) -> bool:
+def in_flight(folder: Folder, name: str) -> bool:
     """Whether a flusher is sending segment ``name`` right now (it holds a shared ``flock`` on it: see
     :class:`Sending`)."""
     if folder.fd is None:  # pragma: no cover - Windows: no shared locks; the caps may count a resend
@@ -631,7 +392,7 @@ class Sending:
     (:func:`enforce_caps`, in any process) never delete -- and count as dropped -- events already on their way.
     ``held`` is false when the segment is gone (the caps or a purge took it first)."""
 
-    def __init__(self, folder: HotFolder, name: str) -> None:
+    def __init__(self, folder: Folder, name: str) -> None:
         self.fd: int | None = None
         self.held = False
         try:
@@ -663,7 +424,7 @@ class Sending:
             self.fd = None
 
 
-def enforce_caps(folder: HotFolder, max_events: int, max_bytes: int) -> int:
+def enforce_caps(folder: Folder, max_events: int, max_bytes: int) -> int:
     """Delete the oldest segments until the sealed ones fit the caps. Caller holds the lock.
 
     A segment a flusher is sending (:func:`in_flight`) is neither deleted nor counted against the caps: its
@@ -693,7 +454,7 @@ def enforce_caps(folder: HotFolder, max_events: int, max_bytes: int) -> int:
     return dropped
 
 
-def append_aside(folder: HotFolder, line: bytes) -> int:
+def append_aside(folder: Folder, line: bytes) -> int:
     """Keep the event without the lock: publish it as a one-line sealed segment.
 
     Used when the lock stays busy past :data:`LOCK_WAIT_SECONDS` (a preempted holder on a loaded machine, or
@@ -739,7 +500,7 @@ def _writer_gone(name: str) -> bool:
     return False
 
 
-def _leftover_aside(folder: HotFolder, name: str, now: float) -> str | None:
+def _leftover_aside(folder: Folder, name: str, now: float) -> str | None:
     """Publish a complete line a killed appender left in an aside file as its own segment, or delete a torn one
     (counted as ``corrupt``: that line only). Returns a line for the log, or ``None`` if the writer may still
     be at work."""
@@ -750,7 +511,7 @@ def _leftover_aside(folder: HotFolder, name: str, now: float) -> str | None:
     except FileNotFoundError:
         return None
     if not trusted_file(st):
-        set_aside(folder, name)
+        _files.set_aside(folder, name)
         return f"removed {name}: not a file of ours"
     if now - st.st_mtime < STALE_ASIDE_SECONDS and not _writer_gone(name):
         return None
@@ -767,14 +528,14 @@ def _leftover_aside(folder: HotFolder, name: str, now: float) -> str | None:
     return f"removed {name}: empty"
 
 
-def tidy(folder: HotFolder, now: float) -> list[str]:
+def tidy(folder: Folder, now: float) -> list[str]:
     """What killed processes and planted folders left behind, cleared at a claim (caller holds the lock):
     ``tmp-*`` files are deleted, stale aside files published or deleted (:func:`_leftover_aside`), and folders
     set aside at our file names removed if empty (a non-empty one is left, renamed ``.intruder-kept-*``, and
     reported once). Returns lines for the flusher's log."""
     notes = []
     for name in names(folder):
-        if name.startswith(TMP_PREFIX):
+        if name.startswith(_files.TMP_PREFIX):
             with contextlib.suppress(OSError):
                 folder.unlink(name)
         elif name.startswith(ASIDE_PREFIX) and name.endswith(ASIDE_SUFFIX):
@@ -782,63 +543,19 @@ def tidy(folder: HotFolder, now: float) -> list[str]:
             if note:
                 notes.append(note)
         elif segment_count(name) is not None:
-            if _planted(folder, name):
-                set_aside(folder, name)
+            if _files.planted(folder, name):
+                _files.set_aside(folder, name)
                 notes.append(f"removed {name}: not a segment of ours")
-        elif name.startswith(INTRUDER_PREFIX) and not name.startswith(INTRUDER_PREFIX + "kept-"):
-            where = name[len(INTRUDER_PREFIX) :].split("-", 2)[-1]
+        elif name.startswith(_files.INTRUDER_PREFIX) and not name.startswith(_files.INTRUDER_PREFIX + "kept-"):
+            where = name[len(_files.INTRUDER_PREFIX) :].split("-", 2)[-1]
             try:
                 os.rmdir(name, dir_fd=folder.fd)
                 notes.append(f"removed an empty folder planted at {where}")
             except OSError:
                 with contextlib.suppress(OSError):
-                    folder.rename(name, INTRUDER_PREFIX + "kept-" + name[len(INTRUDER_PREFIX) :])
-                notes.append(f"a folder was planted at {where}; it is kept as {INTRUDER_PREFIX}kept-...")
+                    folder.rename(name, _files.INTRUDER_PREFIX + "kept-" + name[len(_files.INTRUDER_PREFIX) :])
+                notes.append(f"a folder was planted at {where}; it is kept as {_files.INTRUDER_PREFIX}kept-...")
     return notes
-
-
-class LockTimeout(TimeoutError):
-    """A :class:`FolderLock` was not free within its timeout."""
-
-
-class FolderLock:
-    """The exclusive OS lock on lock file ``name`` of ``folder``, as the hook takes it (:func:`~._hook.lock_fd`):
-    opened relative to the folder's descriptor, never by path or through a symlink (anything planted at the name
-    is set aside), and taken within ``timeout`` seconds (``0``: one try) or :class:`LockTimeout`. The same
-    ``flock`` as :class:`filelock.FileLock` on that file, which the command line uses. Not re-entrant."""
-
-    def __init__(self, folder: HotFolder, name: str, timeout: float) -> None:
-        self.folder = folder
-        self.name = name
-        self.timeout = timeout
-        self.fd: int | None = None
-
-    def acquire(self) -> None:
-        if self.fd is not None:
-            raise RuntimeError(f"{self.name} is already held")
-        fd = open_ours(self.folder, self.name, LOCK_FLAGS)[0]
-        try:
-            taken = take_lock(fd, self.timeout)
-        except BaseException:
-            os.close(fd)
-            raise
-        if not taken:
-            os.close(fd)
-            raise LockTimeout(f"{self.name} is held by another process")
-        self.fd = fd
-
-    def release(self) -> None:
-        """Closing the descriptor releases the lock; the file stays (never delete a lock file)."""
-        if self.fd is not None:
-            fd, self.fd = self.fd, None
-            os.close(fd)
-
-    def __enter__(self) -> FolderLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 def purge_if_present(app: App, env: Mapping[str, str]) -> None:
@@ -854,22 +571,3 @@ def purge_if_present(app: App, env: Mapping[str, str]) -> None:
             purge(folder)
         finally:
             os.close(lfd)
-
-
-class Folder(HotFolder):
-    """An open, verified spool folder (see :class:`spool_reporter._hook.Folder`), with the readers the cold
-    path uses as methods."""
-
-    __slots__ = ()
-
-    def names(self) -> list[str]:
-        """Every name in the folder."""
-        return names(self)
-
-    def segments(self) -> list[tuple[str, int, int]]:
-        """Sealed segments, oldest first: ``(name, lines, bytes)``."""
-        return segments(self)
-
-    def read_bytes(self, name: str, limit: int) -> bytes | None:
-        """Read a regular file of ours, at most ``limit`` bytes; ``None`` if it does not exist."""
-        return read_bytes(self, name, limit)

@@ -13,7 +13,7 @@ import os
 import stat
 from collections.abc import Mapping
 
-from . import _hook, _spool
+from . import _files, _hook
 from ._hook import App
 
 CONFIG_LOCK_WAIT = 2.0
@@ -53,7 +53,7 @@ def update(app: App, changes: Mapping[str, str | None], environ: Mapping[str, st
     """
     path = _hook.user_config_path(app, environ)
     try:
-        _spool.make_dirs(os.path.dirname(path))
+        _files.make_dirs(os.path.dirname(path))
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0), 0o600)
     except OSError as exc:

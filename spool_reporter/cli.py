@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TextIO, cast
 
-from . import _consent, _hook, _spool
+from . import _consent, _hook, _plan, _settings, _spool, _state
 from ._hook import App, django_app
 from ._version import __version__
 
@@ -186,10 +186,10 @@ def folder_problem(path: str, exc: OSError) -> str:
     return f"cannot use the spool folder {path}: {cause.strerror or cause}"
 
 
-def _open_folder(path: str) -> _spool.Folder | None:
+def _open_folder(path: str) -> _hook.Folder | None:
     """The spool folder, ``None`` if there is none yet; :class:`CommandError` (the real cause) if unusable."""
     try:
-        return _spool.Folder(path, create=False)
+        return _hook.Folder(path, create=False)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -204,7 +204,7 @@ def _check_readable(app: App, env: Mapping[str, str]) -> None:
     if folder is None:
         return
     with folder:
-        names = [name for name, _, _ in folder.segments()] + [_hook.ACTIVE_NAME]
+        names = [name for name, _, _ in _spool.segments(folder)] + [_hook.ACTIVE_NAME]
         for name in names:
             try:
                 os.close(folder.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)))
@@ -215,7 +215,7 @@ def _check_readable(app: App, env: Mapping[str, str]) -> None:
 
 
 @contextlib.contextmanager
-def _locked(app: App, env: Mapping[str, str]) -> Iterator[_spool.Folder | None]:
+def _locked(app: App, env: Mapping[str, str]) -> Iterator[_hook.Folder | None]:
     """The spool folder under the spool lock (``filelock``: the same flock as the hook), or ``None``."""
     import filelock
 
@@ -256,7 +256,7 @@ def _spool_summary(app: App, env: Mapping[str, str]) -> dict[str, Any]:
     path = _hook.state_dir(app, env)
     summary: dict[str, Any] = {"spool": path, "queued": 0, "oldest": None, "dropped": 0, "dropped_by_reason": {}}
     try:
-        folder = _spool.Folder(path, create=False)
+        folder = _hook.Folder(path, create=False)
     except FileNotFoundError:
         return summary
     except OSError as exc:
@@ -267,10 +267,10 @@ def _spool_summary(app: App, env: Mapping[str, str]) -> dict[str, Any]:
         counters = _spool.read_counters(folder)
         summary["dropped_by_reason"] = counters
         summary["dropped"] = sum(counters.values())
-        names = [name for name, _, _ in folder.segments()] + [_hook.ACTIVE_NAME]
+        names = [name for name, _, _ in _spool.segments(folder)] + [_hook.ACTIVE_NAME]
         for name in names:
             try:
-                data = folder.read_bytes(name, _hook.HUGE_ACTIVE_BYTES)
+                data = _spool.read_bytes(folder, name, _hook.HUGE_ACTIVE_BYTES)
             except OSError:
                 continue
             events, _ = _spool.parse_lines(data or b"")
@@ -278,18 +278,6 @@ def _spool_summary(app: App, env: Mapping[str, str]) -> dict[str, Any]:
                 summary["oldest"] = events[0]["time"]
                 break
     return summary
-
-
-def _flush_module() -> Any:
-    from . import _flush
-
-    return _flush
-
-
-def _settings_module() -> Any:
-    from . import _settings
-
-    return _settings
 
 
 def _inputs(ctx: Context) -> tuple[dict[str, str] | None, dict[str, str] | None, _hook.Decision]:
@@ -313,10 +301,10 @@ def _mode_text(decision: _hook.Decision) -> str:
 def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     app, env = ctx.app, ctx.env
     user, policy, decision = _inputs(ctx)
-    resolved = _settings_module().resolve(app, env, user=user, policy=policy, read_files=False, sending=False)
+    resolved = _settings.resolve(app, env, user=user, policy=policy, read_files=False, sending=False)
     dest = resolved.destination
     spool = _spool_summary(app, env)
-    state = _flush_module().read_state(app, environ=env)
+    state = _state.read_state(app, environ=env)
     known = "problem" not in spool  # an unreadable folder hides the flusher's record too
     seen = _hook.seen_notice_version(None if _hook.is_broken(user) else user)
     data: dict[str, Any] = {
@@ -388,7 +376,7 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
         changes = {"disable": "0", "mode": None}
         if before.local:  # local -> sending: say what is about to leave first
             queued = _spool_summary(app, env)["queued"] or 0
-            dest = _settings_module().resolve(app, env, sending=False).destination
+            dest = _settings.resolve(app, env, sending=False).destination
             where = f" to {dest.redacted_url()}" if dest is not None else ""
             _out(
                 f"Leaving local mode: {_n(queued, 'queued event')} will be sent{where} by the next flusher; "
@@ -412,7 +400,7 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
     why = _consent.explain(decision.reason, environ=env, user=user, policy=policy)
     _out(f"Reporting stays off: {why} [{decision.reason}].")
     if decision.reason == "destination:none":
-        _out(f"Destination: {_settings_module().no_destination_text(app, env)}.")
+        _out(f"Destination: {_settings.no_destination_text(app, env)}.")
     return EXIT_FAILED
 
 
@@ -480,7 +468,6 @@ def _progress_printer(stream: TextIO) -> Callable[[int, int], None]:
 
 def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
     app, env = ctx.app, ctx.env
-    flush = _flush_module()
     _check_readable(app, env)
     if args.dry_run:
         return _dry_run(args, ctx)
@@ -495,7 +482,9 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
     progress = None
     if sys.stderr.isatty() and (_spool_summary(app, env)["queued"] or 0) >= PROGRESS_MIN_EVENTS:
         progress = _progress_printer(sys.stderr)
-    result = flush.run(app, foreground=True, environ=env, ignore_backoff=True, progress=progress)
+    from . import _flush  # the sender and urllib3: only when sending
+
+    result = _flush.run(app, foreground=True, environ=env, ignore_backoff=True, progress=progress)
     if result.outcome == "failed" and result.message.startswith("the spool folder is not usable"):
         raise CommandError(result.message)  # nothing was read, so there are no counts to show
     remaining = result.remaining
@@ -509,7 +498,7 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
     ok = result.outcome in ("delivered", "nothing") or (result.outcome in ("disabled", "no-endpoint") and not remaining)
     if result.outcome == "delivered":
         message = f"Sent {_n(result.sent, 'event')}" + (f", rejected {result.rejected}" if result.rejected else "")
-        dest = _settings_module().resolve(app, env).destination
+        dest = _settings.resolve(app, env).destination
         message += f" to {dest.redacted_url()}." if dest is not None else "."
     elif result.outcome == "disabled":
         user, policy, decision = _inputs(ctx)
@@ -538,14 +527,14 @@ def _local_requests(ctx: Context, events: list[dict[str, object]]) -> list[Any]:
     """In local mode: the requests that would leave if sending were on (``enable``), for ``--dry-run``."""
     from .transports import transport_for
 
-    dest = _settings_module().resolve(ctx.app, ctx.env, sending=False).destination
+    dest = _settings.resolve(ctx.app, ctx.env, sending=False).destination
     if dest is None or not events:
         return []
     return [batch.request for batch in transport_for(dest).prepare(events, now=time.time()).batches]
 
 
 def _dry_run(args: argparse.Namespace, ctx: Context) -> int:
-    plan = _flush_module().plan(ctx.app, environ=ctx.env)
+    plan = _plan.plan(ctx.app, environ=ctx.env)
     _, _, decision = _inputs(ctx)
     local = decision.enabled and decision.local
     shown_requests = _local_requests(ctx, plan.events) if local else plan.requests

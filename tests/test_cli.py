@@ -16,7 +16,8 @@ import pytest
 from conftest import PACKAGE_FROM_CHECKOUT, Sandbox
 
 from spool_reporter import App, __version__, record
-from spool_reporter._spool import Folder, read_counters
+from spool_reporter._hook import Folder
+from spool_reporter._spool import read_counters
 
 
 def spool_command() -> list[str]:

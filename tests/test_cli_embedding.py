@@ -180,7 +180,7 @@ def test_the_click_group_is_built_on_the_same_code(sandbox: Sandbox) -> None:
 def test_click_is_never_imported_by_the_package(sandbox: Sandbox) -> None:
     code = """
     import sys
-    import spool_reporter, spool_reporter.cli, spool_reporter._flush, spool_reporter._spawn
+    import spool_reporter, spool_reporter.cli, spool_reporter._flush, spool_reporter._detached, spool_reporter._spawn
     print("click" in sys.modules)
     """
     assert py(code, sandbox.env).stdout == "False\n"

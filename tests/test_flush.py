@@ -17,7 +17,7 @@ import pytest
 from conftest import Sandbox
 from servers import Proxy, RefusedPort, Server, fill, serving, wait_for, with_destination
 
-from spool_reporter import App, _flush, _settings
+from spool_reporter import App, _flush, _http, _plan, _settings, _state
 
 DEADLINE = 2.0  # with_destination() sets SPOOL_REPORTER_FLUSH_DEADLINE=2
 SLACK = 1.0  # thread start, file work, a loaded CI machine
@@ -95,7 +95,7 @@ def test_server_behaviour(
     if spool == KEPT:
         assert sorted(queued_ids(sandbox, app)) == sorted(ids)
         assert result.remaining == 3
-        state = _flush.read_state(app, environ=env)
+        state = _state.read_state(app, environ=env)
         assert state.consecutive_failures == 1
         assert state.next_retry is not None
         assert state.last_error
@@ -189,14 +189,14 @@ def test_plain_http_to_loopback_never_goes_through_a_forward_proxy(sandbox: Sand
 
 def test_proxy_resolution_honours_no_proxy() -> None:
     env = {"HTTPS_PROXY": "http://proxy.example:3128", "NO_PROXY": "internal.example,.corp"}
-    assert _flush.proxy_for("https://collector.example/v1/batch", env) == "http://proxy.example:3128"
-    assert _flush.proxy_for("https://internal.example/v1/batch", env) is None
-    assert _flush.proxy_for("https://a.corp/v1/batch", env) is None
-    assert _flush.proxy_for("http://collector.example/", env) is None  # no HTTP_PROXY
+    assert _http.proxy_for("https://collector.example/v1/batch", env) == "http://proxy.example:3128"
+    assert _http.proxy_for("https://internal.example/v1/batch", env) is None
+    assert _http.proxy_for("https://a.corp/v1/batch", env) is None
+    assert _http.proxy_for("http://collector.example/", env) is None  # no HTTP_PROXY
     lower = {"https_proxy": "http://lower:1", "HTTPS_PROXY": "http://upper:1"}
-    assert _flush.proxy_for("https://x.example/", lower) == "http://lower:1"
+    assert _http.proxy_for("https://x.example/", lower) == "http://lower:1"
     cgi = {"HTTP_PROXY": "http://evil:1", "REQUEST_METHOD": "GET"}
-    assert _flush.proxy_for("http://x.example/", cgi) is None
+    assert _http.proxy_for("http://x.example/", cgi) is None
 
 
 # --- delivery semantics --------------------------------------------------------------------------------
@@ -318,7 +318,7 @@ def test_ga4_old_events_are_rejected_and_counted(sandbox: Sandbox, app: App) -> 
     assert len(request.json()["events"]) == 1
     assert (result.outcome, result.sent, result.rejected) == ("delivered", 1, 2)
     assert counters(sandbox, app)["rejected"] == 2
-    log = "\n".join(_flush.read_state(app, environ=env).log_tail)
+    log = "\n".join(_state.read_state(app, environ=env).log_tail)
     assert "72-hour" in log
     assert "hush" not in log
 
@@ -346,7 +346,7 @@ def test_backoff_is_recorded_and_honoured(sandbox: Sandbox, app: App) -> None:
         before = time.time()
         result = _flush.run(app, foreground=False, environ=env)
         assert result.outcome == "failed"
-        state = _flush.read_state(app, environ=env)
+        state = _state.read_state(app, environ=env)
         assert state.consecutive_failures == 1
         assert state.next_retry is not None
         assert before + 15 <= state.next_retry <= time.time() + 30
@@ -360,7 +360,7 @@ def test_backoff_is_recorded_and_honoured(sandbox: Sandbox, app: App) -> None:
         # `flush` (ignore_backoff) sends anyway, and a second failure doubles the back-off.
         result = _flush.run(app, foreground=True, environ=env, ignore_backoff=True)
         assert len(server.received) == 2
-        state = _flush.read_state(app, environ=env)
+        state = _state.read_state(app, environ=env)
         assert state.consecutive_failures == 2
         assert state.next_retry is not None
         assert state.next_retry >= time.time() + 25
@@ -369,7 +369,7 @@ def test_backoff_is_recorded_and_honoured(sandbox: Sandbox, app: App) -> None:
             app, foreground=True, environ=with_destination(sandbox.env, server.url()), ignore_backoff=True
         )
     assert result.outcome == "delivered"
-    state = _flush.read_state(app, environ=env)
+    state = _state.read_state(app, environ=env)
     assert (state.consecutive_failures, state.next_retry, state.last_result) == (0, None, "delivered")
 
 
@@ -378,10 +378,10 @@ def test_backoff_delay_doubles_with_jitter_and_caps() -> None:
     random.seed(1)
     for failures, top in [(1, 60), (2, 120), (3, 240), (11, 61440), (12, 86400), (500, 86400)]:
         for _ in range(20):
-            delay = _flush.backoff_delay(failures, None, tune)
+            delay = _state.backoff_delay(failures, None, tune)
             assert top / 2 <= delay <= top
-    assert _flush.backoff_delay(1, 7200, tune) == 7200  # Retry-After honoured beyond the back-off
-    assert _flush.backoff_delay(1, 10**9, tune) == 86400  # ... and clamped
+    assert _state.backoff_delay(1, 7200, tune) == 7200  # Retry-After honoured beyond the back-off
+    assert _state.backoff_delay(1, 10**9, tune) == 86400  # ... and clamped
 
 
 @pytest.mark.parametrize(
@@ -397,7 +397,7 @@ def test_backoff_delay_doubles_with_jitter_and_caps() -> None:
     ],
 )
 def test_parse_retry_after(value: str | None, expected: float | None) -> None:
-    assert _flush.parse_retry_after(value, 1_000_000.0) == expected
+    assert _http.parse_retry_after(value, 1_000_000.0) == expected
 
 
 @pytest.mark.parametrize("status", [429, 503])
@@ -410,7 +410,7 @@ def test_retry_after_sets_the_next_retry(sandbox: Sandbox, app: App, status: int
         start = time.time()
         result, _ = timed_run(app, env)
     assert result.outcome == "failed"
-    state = _flush.read_state(app, environ=env)
+    state = _state.read_state(app, environ=env)
     assert state.next_retry is not None
     assert start + 38 <= state.next_retry <= time.time() + 41
 
@@ -509,7 +509,7 @@ def test_plan_changes_nothing_and_shows_the_requests(sandbox: Sandbox, app: App)
     sandbox.write_user(app, sandbox.user_file(app).read_text() + "measurement_id=G-TEST\napi_secret=hush\n")
     env = with_destination(sandbox.env, "https://www.google-analytics.com/mp/collect", DJANGO_ANALYTICS_TRANSPORT="ga4")
     before = snapshot(sandbox.state_dir(app))
-    got = _flush.plan(app, environ=env)
+    got = _plan.plan(app, environ=env)
     assert snapshot(sandbox.state_dir(app)) == before
     assert not (sandbox.state_dir(app) / "flusher.lock").exists()
     assert got.reason is None
@@ -523,17 +523,17 @@ def test_plan_changes_nothing_and_shows_the_requests(sandbox: Sandbox, app: App)
 
 
 def test_plan_of_a_missing_spool_creates_nothing(sandbox: Sandbox, app: App) -> None:
-    got = _flush.plan(app, environ=with_destination(sandbox.env, "http://127.0.0.1:9/v1/batch"))
+    got = _plan.plan(app, environ=with_destination(sandbox.env, "http://127.0.0.1:9/v1/batch"))
     assert (got.events, got.requests, got.reason) == ([], [], None)
     assert not (sandbox.home / "state").exists()
-    got = _flush.plan(app, environ=sandbox.env)
+    got = _plan.plan(app, environ=sandbox.env)
     assert got.reason is not None
     assert "DJANGO_ANALYTICS_ENDPOINT" in got.reason
 
 
 def test_plan_when_disabled(sandbox: Sandbox, app: App) -> None:
     fill(app, sandbox.env, 2)
-    got = _flush.plan(app, environ=with_destination(sandbox.env, "http://127.0.0.1:9/v1/batch", DO_NOT_TRACK="1"))
+    got = _plan.plan(app, environ=with_destination(sandbox.env, "http://127.0.0.1:9/v1/batch", DO_NOT_TRACK="1"))
     assert len(got.events) == 2
     assert got.requests == []
     assert got.reason is not None
@@ -545,19 +545,19 @@ def test_plan_matches_what_is_sent(sandbox: Sandbox, app: App) -> None:
     fill(app, sandbox.env, 700)
     with serving() as server:
         env = with_destination(sandbox.env, server.url())
-        planned = _flush.plan(app, environ=env)
+        planned = _plan.plan(app, environ=env)
         _flush.run(app, foreground=True, environ=env)
         assert [r.body for r in planned.requests] == [r.body for r in server.received]
 
 
 def test_read_state_of_nothing(sandbox: Sandbox, app: App) -> None:
-    state = _flush.read_state(app, environ=sandbox.env)
-    assert state == _flush.FlushState()
+    state = _state.read_state(app, environ=sandbox.env)
+    assert state == _state.FlushState()
     assert not (sandbox.home / "state").exists()
 
 
 def test_log_is_bounded(sandbox: Sandbox, app: App, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_flush, "LOG_FILE_BYTES", 1000)
+    monkeypatch.setattr(_state, "LOG_FILE_BYTES", 1000)
     fill(app, sandbox.env, 1)
     port = RefusedPort()
     try:
@@ -569,8 +569,8 @@ def test_log_is_bounded(sandbox: Sandbox, app: App, monkeypatch: pytest.MonkeyPa
     folder = sandbox.state_dir(app)
     assert (folder / "flush.log").stat().st_size <= 1000
     assert (folder / "flush.log.1").stat().st_size <= 1000
-    tail = _flush.read_state(app, environ=env).log_tail
-    assert 0 < len(tail) <= _flush.LOG_TAIL_LINES
+    tail = _state.read_state(app, environ=env).log_tail
+    assert 0 < len(tail) <= _state.LOG_TAIL_LINES
     assert all("failed" in line for line in tail)
     for name in ("flush.log", "flush.log.1", "state.json", "flush.notbefore", "flusher.lock"):
         assert oct((folder / name).stat().st_mode & 0o777) == "0o600", name
@@ -617,7 +617,7 @@ def test_unusable_spool_folder_is_a_failed_run_not_an_exception(sandbox: Sandbox
             result = _flush.run(app, foreground=foreground, environ=env)
             assert result.outcome == "failed"
             assert "not usable" in result.message
-        assert _flush.plan(app, environ=env).events == []
+        assert _plan.plan(app, environ=env).events == []
         assert not server.received
     kept = sorted(p.name for p in elsewhere.iterdir() if not p.name.startswith(".verified-"))  # made by fill()
     assert kept == ["spool.jsonl", "spool.lock"]

@@ -16,11 +16,11 @@ import pytest
 from conftest import Sandbox
 from servers import RefusedPort, fill, serving, wait_for, with_destination
 
-from spool_reporter import App, _flush, _hook, _spawn
+from spool_reporter import App, _detached, _flush, _hook, _spawn, _state
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX process semantics (kill -9, /proc)")
 
-FLUSHER = [sys.executable, "-m", "spool_reporter._flush", "--app", "django"]
+FLUSHER = [sys.executable, "-m", "spool_reporter._detached", "--app", "django"]
 
 
 def queued_ids(sandbox: Sandbox, app: App) -> list[str]:
@@ -28,12 +28,12 @@ def queued_ids(sandbox: Sandbox, app: App) -> list[str]:
 
 
 def start_flusher(env: dict[str, str], prelude: str = "") -> subprocess.Popen[bytes]:
-    """``python -m spool_reporter._flush --app django``, optionally after ``prelude`` (a patch)."""
+    """``python -m spool_reporter._detached --app django``, optionally after ``prelude`` (a patch)."""
     env = {**env, _hook.FLUSHER_ENV: "1"}
     if not prelude:
         return subprocess.Popen(FLUSHER, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     code = prelude + "\nimport runpy, sys\nsys.argv = ['_flush', '--app', 'django']\n"
-    code += "runpy.run_module('spool_reporter._flush', run_name='__main__', alter_sys=True)\n"
+    code += "runpy.run_module('spool_reporter._detached', run_name='__main__', alter_sys=True)\n"
     return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -70,7 +70,7 @@ def test_dns_that_never_returns_is_bounded_by_the_deadline(sandbox: Sandbox, app
     assert code == 2  # a failed run, ended by the deadline (not by the watchdog)
     assert took < 1 + 1.5  # deadline + interpreter start
     assert len(queued_ids(sandbox, app)) == 3
-    state = _flush.read_state(app, environ=env)
+    state = _state.read_state(app, environ=env)
     assert state.last_result == "failed"
     assert "deadline" in (state.last_error or "")
     assert state.consecutive_failures == 1
@@ -82,7 +82,7 @@ def test_watchdog_ends_a_flusher_stuck_anywhere(sandbox: Sandbox, app: App) -> N
     stuck = "from spool_reporter import _hook\nimport threading\n"
     stuck += "_hook.read_inputs = lambda *a, **k: threading.Event().wait()\n"
     code, took = finish(start_flusher(env, stuck), timeout=15)
-    assert code == _flush.EXIT_DEADLINE
+    assert code == _detached.EXIT_DEADLINE
     assert took < 0.5 + _flush.WATCHDOG_GRACE + 1.5
 
 
@@ -153,13 +153,13 @@ def test_offline_laptop(sandbox: Sandbox, app: App, recovery: str, monkeypatch: 
             t = time.perf_counter()
             assert _hook.record_event("startproject", app=app, environ=env)
             times.append(time.perf_counter() - t)
-        wait_for(lambda: _flush.read_state(app, environ=env).last_result == "failed", what="the failed flush")
+        wait_for(lambda: _state.read_state(app, environ=env).last_result == "failed", what="the failed flush")
         wait_idle(sandbox, app)
         assert len(starts) == 1
         assert len(queued_ids(sandbox, app)) == 50
         ids = queued_ids(sandbox, app)
         assert sorted(times)[25] < 0.005  # the median command pays microseconds, not the network
-        state = _flush.read_state(app, environ=env)
+        state = _state.read_state(app, environ=env)
         assert state.consecutive_failures == 1
         assert state.next_retry is not None
         with port.serve() as server:
@@ -196,13 +196,13 @@ AUDIT = textwrap.dedent(
         if event.startswith(WATCH):
             seen.append(event)
     sys.addaudithook(hook)
-    from spool_reporter import record, _flush
+    from spool_reporter import _detached, _flush, _plan, record, _state
     from spool_reporter._hook import django_app
     app = django_app("5.2")
     for _ in range(3):
         record("startproject", app=app, long_lived=True)
     results = [_flush.run(app, foreground=True), _flush.run(app, foreground=False, ignore_backoff=True)]
-    plan = _flush.plan(app)
+    plan = _plan.plan(app)
     print(repr(seen))
     print(results[0].outcome, results[0].purged, len(plan.requests))
     """

@@ -86,8 +86,8 @@ def test_app_rejects_or_accepts_cleanly(name: str, version: str) -> None:
 def test_non_ascii_digits_are_not_numbers(tmp_path: object) -> None:
     # str.isdigit() accepts '²' and '٣', which int() refuses: every numeric field read from disk or the
     # network must say "not a number" rather than raise (the fault suite's fuzzing found four).
-    from spool_reporter._flush import parse_retry_after
     from spool_reporter._hook import int_setting
+    from spool_reporter._http import parse_retry_after
 
     for text in ("²", "٣", "1²"):
         assert segment_count(f"seg-{text}-1-1.jsonl") is None

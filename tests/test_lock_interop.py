@@ -13,8 +13,7 @@ import filelock
 import pytest
 
 from spool_reporter import App
-from spool_reporter._hook import lock_fd
-from spool_reporter._spool import Folder
+from spool_reporter._hook import Folder, lock_fd
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -70,7 +69,7 @@ def test_hook_holder_excludes_filelock(sandbox: Sandbox, app: App) -> None:
     path = folder_of(sandbox, app)
     code = f"""
     import os, sys
-    from spool_reporter._spool import Folder
+    from spool_reporter._hook import Folder
     from spool_reporter._hook import lock_fd
     folder = Folder({str(path)!r}, create=False)
     fd = lock_fd(folder)

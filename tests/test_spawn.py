@@ -16,7 +16,7 @@ import pytest
 from conftest import Sandbox
 from servers import fill, serving, wait_for, with_destination
 
-from spool_reporter import App, _flush, _hook, _spawn, _spool
+from spool_reporter import App, _hook, _spawn, _state
 
 POSIX = pytest.mark.skipif(sys.platform == "win32", reason="POSIX process semantics")
 
@@ -56,7 +56,7 @@ def test_posix_flags_and_arguments(app: App) -> None:
     assert spec.start_new_session is True
     assert spec.creationflags == 0
     assert spec.cwd == "/spool"
-    assert spec.args[:4] == ["/usr/bin/python3", "-P", "-m", "spool_reporter._flush"]
+    assert spec.args[:4] == ["/usr/bin/python3", "-P", "-m", "spool_reporter._detached"]
     assert spec.args[4:6] == ["--app", "django"]
     assert spec.env == {"A": "1", _hook.FLUSHER_ENV: "1"}
     niced = _spawn.spawn_spec(
@@ -129,7 +129,7 @@ def spawn(
     policy: dict[str, str] | None = None,
 ) -> bool:
     """The hook's own gate and start (what record() runs after an append to a spool of ``size`` bytes)."""
-    with _spool.Folder(str(sandbox.state_dir(app)), create=True) as folder:
+    with _hook.Folder(str(sandbox.state_dir(app)), create=True) as folder:
         return _hook.start_flusher_if_due(app, folder, size, env=env, user=user, policy=policy, long_lived=long_lived)
 
 
@@ -286,14 +286,14 @@ def test_offline_laptop_a_day_of_commands_starts_few_flushers(sandbox: Sandbox, 
     t0 = time.time()
     spawned = []
     failures = 0
-    with _spool.Folder(str(path), create=True) as folder:
+    with _hook.Folder(str(path), create=True) as folder:
         for minute in range(24 * 60):
             now = t0 + 60 * minute
             if _hook.gate_open(folder, 1000, long_lived=False, env=env, now=now):
                 spawned.append(minute)
                 _spawn.touch(folder, _hook.STAMP_NAME, now)
                 failures += 1  # the flusher fails and writes its back-off
-                _spawn.touch(folder, _hook.GATE_NAME, now + _flush.backoff_delay(failures, None, tune))
+                _spawn.touch(folder, _hook.GATE_NAME, now + _state.backoff_delay(failures, None, tune))
     # 60 s doubling to 24 h: 0, 5, 10, 15, ~23, ~35 min, ... then hours apart.
     # With this seed: 11 flushers, at minutes 0, 5, 10, 15, 22, 31, 51, 115, 193, 404 and 778.
     assert 8 <= len(spawned) <= 14, spawned
@@ -340,7 +340,7 @@ def test_spawned_flusher_delivers_and_leaves_no_zombie(sandbox: Sandbox, app: Ap
     if Path("/proc/self/stat").exists():
         # The reaper thread waits for the child: a long-lived parent (runserver) keeps no zombie.
         wait_for(lambda: not zombies(), timeout=5, what="no zombie child")
-    state = _flush.read_state(app, environ=env)
+    state = _state.read_state(app, environ=env)
     assert state.last_result == "delivered"
 
 
@@ -394,7 +394,7 @@ def test_flusher_never_imports_the_users_project(sandbox: Sandbox, app: App, tmp
             from spool_reporter import _hook, _spawn, _spool
             from spool_reporter._hook import django_app
             app = django_app("5.2")
-            with _spool.Folder({str(sandbox.state_dir(app))!r}, create=False) as folder:
+            with _hook.Folder({str(sandbox.state_dir(app))!r}, create=False) as folder:
                 assert _hook.start_flusher_if_due(
                     app, folder, 0, env=os.environ, user=None, policy=None, long_lived=True
                 )
@@ -421,8 +421,8 @@ def test_flusher_runs_at_the_lowest_priority(sandbox: Sandbox, own_session: bool
     script = textwrap.dedent(
         """
         import os
-        from spool_reporter import _flush
-        _flush._lower_priority()
+        from spool_reporter import _detached, _flush, _state
+        _detached._lower_priority()
         text = open("/proc/self/autogroup").read() if os.path.exists("/proc/self/autogroup") else ""
         print(os.nice(0), text, end="")
         """
@@ -492,7 +492,7 @@ def test_the_child_holds_the_flusher_lock_from_birth(sandbox: Sandbox, app: App)
     with serving("silent") as server:
         env = with_destination(sandbox.env, server.url())
         fill(app, sandbox.env, 1)
-        with _spool.Folder(str(sandbox.state_dir(app)), create=True) as folder:
+        with _hook.Folder(str(sandbox.state_dir(app)), create=True) as folder:
             assert spawn(sandbox, app, env, long_lived=True)
             assert _hook.claim_flusher_lock(folder) is None
             lock = filelock.FileLock(str(sandbox.state_dir(app) / _hook.FLUSHER_LOCK_NAME))
@@ -554,7 +554,7 @@ extra = os.open(os.devnull, os.O_RDONLY)
 os.set_inheritable(extra, True)
 r, w = os.pipe()
 os.set_inheritable(w, True)  # a pipe end the host leaves inheritable: the flusher must not keep it open
-with _spool.Folder({folder!r}, create=True) as folder:
+with _hook.Folder({folder!r}, create=True) as folder:
     lock = _hook.claim_flusher_lock(folder)
     spec = _spawn.spawn_spec(django_app(), executable=sys.executable, environ=os.environ, cwd=folder.path,
                              windows=False, nice=_spawn.nice_command(), lock_fd=lock)

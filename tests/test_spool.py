@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from spool_reporter import App, record
-from spool_reporter._hook import SEGMENT_BYTES
-from spool_reporter._spool import Folder, count_queued, parse_lines, read_counters
+from spool_reporter._hook import SEGMENT_BYTES, Folder
+from spool_reporter._spool import count_queued, parse_lines, read_counters
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

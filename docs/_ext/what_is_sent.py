@@ -173,7 +173,7 @@ def _clean_environ(home: Path) -> dict[str, str]:
 
 def _prepare_home(home: Path, settings: dict[str, str]) -> dict[str, str]:
     """A user config (opted in explicitly, so a CI build is not treated as CI) and a spool of three events."""
-    from spool_reporter import _hook, _spool
+    from spool_reporter import _hook
     from spool_reporter._hook import django_app, state_dir, user_config_path
 
     env = _clean_environ(home)
@@ -184,7 +184,7 @@ def _prepare_home(home: Path, settings: dict[str, str]) -> dict[str, str]:
     config.write_text("\n".join(lines) + "\n", encoding="ascii")
     now = time.time()
     # Written with the spool's own append (the hook's code path, minus the flusher spawn).
-    with _spool.Folder(state_dir(app, env), create=True) as folder:
+    with _hook.Folder(state_dir(app, env), create=True) as folder:
         for i, event in enumerate(EVENTS):
             _hook.append(folder, _hook.build_line(app, event, CLIENT_ID, now - 60 * (len(EVENTS) - i)))
     return env

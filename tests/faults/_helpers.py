@@ -165,7 +165,7 @@ def flusher_cmd() -> list[str]:
         sys.executable,
         *(["-P"] if sys.version_info >= (3, 11) else []),
         "-m",
-        "spool_reporter._flush",
+        "spool_reporter._detached",
         "--app",
         "django",
     ]
@@ -276,7 +276,7 @@ def _read(path: str, limit: int = 1 << 16) -> bytes:
 
 
 def flushers_of(marker: str) -> dict[int, str]:
-    """Flusher processes (``spool_reporter._flush`` on the command line) whose environment holds ``marker``
+    """Flusher processes (``spool_reporter._detached`` on the command line) whose environment holds ``marker``
     (our sandbox's HOME): ``{pid: state}``, with the one-letter state from ``/proc/<pid>/stat``."""
     found = {}
     needle = marker.encode()
@@ -284,7 +284,7 @@ def flushers_of(marker: str) -> dict[int, str]:
         if not entry.isdigit():
             continue
         cmdline = _read(f"/proc/{entry}/cmdline", 4096)
-        if b"spool_reporter._flush" not in cmdline:
+        if b"spool_reporter._detached" not in cmdline:
             continue
         if needle not in _read(f"/proc/{entry}/environ"):
             continue

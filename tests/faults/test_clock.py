@@ -15,7 +15,7 @@ import time
 import pytest
 from servers import Server, fill, with_destination
 
-from spool_reporter import _flush, _hook, _settings
+from spool_reporter import _hook, _settings, _state
 from spool_reporter._hook import django_app
 
 from ._helpers import Figures, flusher_idle, ids_in, python_cmd, spool_bytes, wait_until
@@ -73,7 +73,7 @@ def test_back_off_in_the_far_future(sandbox: Sandbox, figures: Figures, ahead: f
         recorded = queued | set(ids_in(spool_bytes(folder))) | set(server.event_ids())
         left = set(ids_in(spool_bytes(folder)))
         delivered = set(server.event_ids())
-        state = _flush.read_state(APP, environ=env)
+        state = _state.read_state(APP, environ=env)
         log = (folder / "flush.log").read_text() if (folder / "flush.log").exists() else ""
     if sent:
         assert not left, (f"{len(left)} of {len(recorded)} events still queued behind a gate {ahead:.0f} s ahead", log)

@@ -297,7 +297,7 @@ def test_nothing_in_the_state_folder_is_reached_by_path(sandbox: Any, figures: F
     sandbox.write_user(django_app_52(), "disable=0\n")
     found = _audited(sandbox.env, "record") + _audited(sandbox.env, "record")  # the first creates the folders
     runs = [("spool_reporter.cli", ["status"]), ("spool_reporter.cli", ["flush", "--dry-run"])]
-    runs += [("spool_reporter._flush", ["--app", "django"]), ("spool_reporter.cli", ["flush"])]
+    runs += [("spool_reporter._detached", ["--app", "django"]), ("spool_reporter.cli", ["flush"])]
     with Server() as server:
         env = with_destination(sandbox.env, server.url())
         for mode, rest in runs:

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spool_reporter import _flush, _settings, _spool
+from spool_reporter import _files, _hook, _http, _settings, _spool, _state
 from spool_reporter._hook import django_app
 from spool_reporter.collector import make_app
 from spool_reporter.transports import Request
@@ -99,7 +99,7 @@ def test_retry_after(figures: Figures) -> None:
     @FUZZ
     @given(header, st.floats(min_value=0, max_value=4e9))
     def check(value: str, now: float) -> None:
-        got = tally.call(lambda: _flush.parse_retry_after(value, now), known=_non_ascii_digit)
+        got = tally.call(lambda: _http.parse_retry_after(value, now), known=_non_ascii_digit)
         assert got is None or (isinstance(got, float) and got >= 0)
 
     check()
@@ -121,7 +121,7 @@ def test_segment_names_and_counters(figures: Figures, tmp_path_factory: pytest.T
         tally.call(lambda: _spool.segment_count(name), known=_non_ascii_digit)
         (folder_path / "counters").write_text("".join(f"{k}={''.join(v)}\n" for k, v in counts), encoding="utf-8")
         os.chmod(folder_path / "counters", 0o600)
-        with _spool.Folder(str(folder_path), create=False) as folder:
+        with _hook.Folder(str(folder_path), create=False) as folder:
             tally.call(lambda: _spool.read_counters(folder), known=_non_ascii_digit)
 
     check()
@@ -140,7 +140,7 @@ def test_flusher_state_file(figures: Figures, tmp_path_factory: pytest.TempPathF
     home = tmp_path_factory.mktemp("fuzz-state")
     env = {"HOME": str(home), "XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_HOME": str(home / "config")}
     folder_path = home / "state" / "spool_reporter" / "django"
-    _spool.make_dirs(str(folder_path))
+    _files.make_dirs(str(folder_path))
     json_values = st.recursive(
         st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
         lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
@@ -156,13 +156,15 @@ def test_flusher_state_file(figures: Figures, tmp_path_factory: pytest.TempPathF
     @FUZZ
     @given(documents)
     def check(data: bytes) -> None:
-        path = folder_path / _flush.STATE_NAME
+        path = folder_path / _state.STATE_NAME
         path.write_bytes(data)
         os.chmod(path, 0o600)
-        tally.call(lambda: _flush.read_state(APP, environ=env))
-        with _spool.Folder(str(folder_path), create=False) as folder:
+        tally.call(lambda: _state.read_state(APP, environ=env))
+        with _hook.Folder(str(folder_path), create=False) as folder:
             tune = _settings.Tuning()
-            tally.call(lambda: _flush._record(folder, outcome="failed", error="x", retry_after=None, tune=tune, sent=0))
+            tally.call(
+                lambda: _state.record_outcome(folder, outcome="failed", error="x", retry_after=None, tune=tune, sent=0)
+            )
 
     check()
     _report(
@@ -300,7 +302,7 @@ def test_http_responses(figures: Figures) -> None:
                 server.reply = body
             else:
                 server.reply = status + b"\r\n" + b"".join(k + b": " + v + b"\r\n" for k, v in head) + b"\r\n" + body
-            sender = _flush._Sender(url, {}, tune, time.monotonic() + tune.deadline)
+            sender = _http.Sender(url, {}, tune, time.monotonic() + tune.deadline)
             try:
                 answer = tally.call(lambda: sender.send(request), known=_non_ascii_digit)
             finally:

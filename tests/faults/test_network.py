@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from servers import Proxy, RefusedPort, Server, fill, with_destination
 
-from spool_reporter import _flush
+from spool_reporter import _state
 from spool_reporter._hook import django_app
 
 from ._helpers import (
@@ -155,7 +155,7 @@ def test_server_behaviour(
             left = set(ids_in(spool_bytes(folder)))
             if spool == "kept":
                 assert left == ids
-                state = _flush.read_state(APP, environ=env)
+                state = _state.read_state(APP, environ=env)
                 assert state.last_result == "failed"
                 assert state.next_retry is not None
                 kept += len(left)

@@ -69,8 +69,8 @@ sys.exit(7)
 
 FLUSH = """
 import runpy, sys
-sys.argv = ["spool_reporter._flush", "--app", "django"]
-runpy.run_module("spool_reporter._flush", run_name="__main__", alter_sys=True)
+sys.argv = ["spool_reporter._detached", "--app", "django"]
+runpy.run_module("spool_reporter._detached", run_name="__main__", alter_sys=True)
 """
 
 OLD_SEGMENT_EVENTS = 5
@@ -107,7 +107,7 @@ def _old_segment(victim: Victim) -> None:
         import os
         from spool_reporter._hook import record_event
         from spool_reporter._hook import django_app
-        from spool_reporter._spool import Folder
+        from spool_reporter._hook import Folder
         # A named but refused destination: recorded (with no destination nothing is), and no flusher starts.
         env = {{**os.environ, "DJANGO_ANALYTICS_ENDPOINT": {SANDBOX_ENDPOINT!r}}}
         for _ in range({OLD_SEGMENT_EVENTS}):

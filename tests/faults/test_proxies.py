@@ -2,7 +2,7 @@
 requests match it (a table, cross-checked against the real ``curl`` where curl's own rules have not changed
 between versions), and ``localhost`` names are reached without asking any resolver.
 
-The real-process cases run the detached flusher (``python -m spool_reporter._flush``) with every proxy variable
+The real-process cases run the detached flusher (``python -m spool_reporter._detached``) with every proxy variable
 pointing at a recording forward proxy on loopback, against a collector on 127.0.0.1 or ``[::1]``.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from servers import Proxy, Server, fill, ipv6_loopback_socket, with_destination
 
-from spool_reporter import _flush
+from spool_reporter import _http
 from spool_reporter._hook import django_app
 
 from ._helpers import Figures, flusher_cmd, ids_in, silent_dns, spool_bytes, wait_until
@@ -94,13 +94,13 @@ NO_PROXY_TABLE: list[Any] = [
 def test_no_proxy_table(no_proxy: str, url: str, bypass: bool, curl: bool) -> None:
     for variable in ("no_proxy", "NO_PROXY"):
         env = {"http_proxy": PROXY, "HTTPS_PROXY": PROXY, variable: no_proxy}
-        assert (_flush.proxy_for(url, env) is None) is bypass, (variable, no_proxy, url)
+        assert (_http.proxy_for(url, env) is None) is bypass, (variable, no_proxy, url)
 
 
 def test_lower_case_wins_and_an_empty_value_clears() -> None:
     url = "https://collector.example/"
-    assert _flush.proxy_for(url, {"https_proxy": PROXY, "no_proxy": "collector.example", "NO_PROXY": ""}) is None
-    assert _flush.proxy_for(url, {"https_proxy": PROXY, "no_proxy": "", "NO_PROXY": "collector.example"}) == PROXY
+    assert _http.proxy_for(url, {"https_proxy": PROXY, "no_proxy": "collector.example", "NO_PROXY": ""}) is None
+    assert _http.proxy_for(url, {"https_proxy": PROXY, "no_proxy": "", "NO_PROXY": "collector.example"}) == PROXY
 
 
 def _curl_tries(no_proxy: str, url: str) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from servers import Received, Server, fill, with_destination
 
-from spool_reporter import _flush
+from spool_reporter import _detached, _flush, _state
 from spool_reporter._hook import django_app
 
 from ._helpers import Figures, flusher_cmd, ids_in, scale, spool_bytes
@@ -80,9 +80,11 @@ def test_settling_after_the_deadline_is_never_killed(sandbox: Sandbox, figures: 
             took = time.monotonic() - started
             assert server.arrived.is_set()
         worst = max(worst, took)
-        assert result.returncode != _flush.EXIT_DEADLINE, f"the watchdog ended the run while it settled ({took:.2f} s)"
+        assert result.returncode != _detached.EXIT_DEADLINE, (
+            f"the watchdog ended the run while it settled ({took:.2f} s)"
+        )
         assert (result.returncode, result.stdout, result.stderr) == (2, b"", b""), result
-        state = _flush.read_state(APP, environ=env)
+        state = _state.read_state(APP, environ=env)
         assert state.last_result == "failed", state  # acknowledged but not deleted: it will be sent again
         assert "spool lock" in (state.last_error or ""), state
         assert state.next_retry is not None

@@ -54,7 +54,7 @@ sys.exit(7)
 
 ACTORS: dict[str, list[str]] = {
     "record": ["-c", textwrap.dedent(COMMAND)],
-    "flusher": ["-m", "spool_reporter._flush", "--app", "django"],
+    "flusher": ["-m", "spool_reporter._detached", "--app", "django"],
     "cli status": ["-m", "spool_reporter.cli", "status"],
     "cli flush": ["-m", "spool_reporter.cli", "flush"],
     "cli purge": ["-m", "spool_reporter.cli", "purge"],

@@ -1,0 +1,113 @@
+"""``flush --dry-run``: exactly what the next flusher run would send, batch by batch, without sending anything.
+
+:func:`plan` reads the spool without writing, locking, creating or connecting anything (the spool folder may not
+exist), applies the same consent rules, destination and transport limits as a run, and returns the requests a
+run would make (secrets redacted), the events the destination's limits would reject, and the lines that are not
+valid events.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from . import _consent, _files, _hook, _settings, _spool, _state
+from .transports import Batch, transport_for
+
+if TYPE_CHECKING:
+    from ._hook import App
+
+__all__ = ["Plan", "PlannedRequest", "plan"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannedRequest:
+    """One request :func:`plan` says would be sent (the URL with secrets redacted)."""
+
+    method: str
+    url_redacted: str
+    headers: Mapping[str, str]
+    body: bytes
+    event_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """What the next run would send; see :func:`plan`."""
+
+    events: list[dict[str, object]]
+    """The queued events, oldest first, each once."""
+    requests: list[PlannedRequest]
+    """The requests, batch by batch; empty when :attr:`reason` is set."""
+    reason: str | None = None
+    """Why nothing would be sent (reporting off, no endpoint), or ``None``."""
+    destination: str | None = None
+    """``<transport> to <redacted url>`` when a destination is configured."""
+    rejected: list[tuple[dict[str, object], str]] = field(default_factory=list)
+    """Events the destination's limits exclude, with the reason (they would be counted, not sent)."""
+    invalid: int = 0
+    """Spool lines that are not valid events (they would be counted as corrupt, never sent)."""
+
+
+def _read_only_files(path: str) -> list[bytes]:
+    """The spool's files, oldest first, read without creating, locking or changing anything. A damaged file
+    larger than we write is read as far as the flusher would re-cut it (:data:`~._spool.SCAN_LIMIT`)."""
+    with _files.ReadOnlyFolder(path) as folder:
+        names = folder.names()
+        ordered = sorted(n for n in names if _spool.segment_count(n) is not None)
+        if _hook.ACTIVE_NAME in names:
+            ordered.append(_hook.ACTIVE_NAME)
+        return [data for data in (folder.read(name, _spool.SCAN_LIMIT) for name in ordered) if data]
+
+
+def plan(app: App, *, environ: Mapping[str, str] | None = None) -> Plan:
+    """What a run would send now, batch by batch, for ``flush --dry-run``.
+
+    Reads the spool without writing, locking, creating or connecting anything (the spool folder may not
+    exist). A line being appended while this reads may be skipped (and counted in :attr:`Plan.invalid`).
+    """
+    env = os.environ if environ is None else environ
+    events: list[dict[str, object]] = []
+    invalid = 0
+    seen: set[str] = set()
+    for data in _read_only_files(_hook.state_dir(app, env)):
+        parsed, bad = _spool.parse_lines(data)
+        invalid += bad
+        for event in parsed:
+            if str(event["event_id"]) not in seen:  # a killed flusher can leave a resent copy behind
+                seen.add(str(event["event_id"]))
+                events.append(event)
+    user, policy = _hook.read_inputs(app, env)
+    decision = _hook.decide(app, env, user, policy)
+    if not decision.enabled:
+        what = "queued events would be deleted" if decision.hard_off else "nothing would be sent"
+        return Plan(
+            events=events,
+            requests=[],
+            reason=f"reporting is off ({_consent.explain(decision.reason)}); {what}",
+            invalid=invalid,
+        )
+    resolved = _settings.resolve(app, env, user=user, policy=policy, read_files=False)
+    if resolved.destination is None:
+        return Plan(events=events, requests=[], reason=resolved.reason, invalid=invalid)
+    prepared = transport_for(resolved.destination).prepare(events, now=_state.now())
+    return Plan(
+        events=events,
+        requests=[_planned(batch) for batch in prepared.batches],
+        destination=resolved.reason,
+        rejected=[(dict(e), reason) for e, reason in prepared.rejected],
+        invalid=invalid,
+    )
+
+
+def _planned(batch: Batch) -> PlannedRequest:
+    r = batch.request
+    return PlannedRequest(
+        method=r.method,
+        url_redacted=r.url_redacted,
+        headers=dict(r.headers),
+        body=r.body,
+        event_ids=tuple(str(e["event_id"]) for e in batch.events),
+    )

@@ -1,0 +1,202 @@
+"""The flusher's record on disk: ``state.json``, the back-off gate, and the bounded log -- what ``status`` reads.
+
+Files in the spool folder (``0600``, opened through the folder's descriptor, nothing planted followed):
+
+* ``state.json`` -- the last run: when, its outcome and error, events sent, consecutive failures, next retry;
+* ``flush.notbefore`` -- its mtime is the back-off, the earliest time a background flusher may start again
+  (the hook's spawn gate reads it with one ``stat``);
+* ``flush.log`` and ``flush.log.1`` -- one line per run and per dropped batch, rotated at
+  :data:`LOG_FILE_BYTES` (64 KiB together).
+
+:func:`read_state` is all ``django-spool status`` needs: it opens the folder read-only and imports neither the
+flusher nor urllib3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from . import _files, _hook, _settings, _spawn, _spool
+from ._hook import GATE_NAME
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ._hook import App, Folder
+
+__all__ = ["FlushState", "backoff_delay", "log", "now", "read_state", "record_outcome"]
+
+STATE_NAME: Final = "state.json"
+
+LOG_NAME: Final = "flush.log"
+
+LOG_OLD_NAME: Final = "flush.log.1"
+
+LOG_FILE_BYTES: Final = 32 * 1024
+"""``flush.log`` is rotated to ``flush.log.1`` at this size: both together stay under 64 KiB."""
+
+LOG_TAIL_LINES: Final = 20
+"""Lines of the log :func:`read_state` returns."""
+
+_APPEND_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _hook.O_NOFOLLOW | _hook.O_CLOEXEC | _hook.O_NONBLOCK
+
+
+def now() -> float:
+    """The wall clock, read in one place (the flusher, the dry run and ``status``)."""
+    return time.time()
+
+
+def iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlushState:
+    """The flusher's record on disk, for ``status``; see :func:`read_state`."""
+
+    last_flush: float | None = None
+    """When the last run ended (seconds since the epoch)."""
+    last_result: str | None = None
+    """Its outcome (:attr:`FlushResult.outcome`)."""
+    last_error: str | None = None
+    """Its error, if it failed."""
+    next_retry: float | None = None
+    """The earliest time a background flusher will try again (the back-off), or ``None``."""
+    consecutive_failures: int = 0
+    log_tail: tuple[str, ...] = ()
+    """The last lines of the flusher's log, oldest first."""
+
+
+def read_small(folder: Folder, name: str, limit: int) -> bytes | None:
+    try:
+        return _spool.read_bytes(folder, name, limit)
+    except OSError:
+        return None
+
+
+def load_state(folder: Folder) -> dict[str, object]:
+    data = read_small(folder, STATE_NAME, 4096)
+    try:
+        state = json.loads(data) if data else {}
+    except ValueError:
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def log(folder: Folder, line: str) -> None:
+    """Append one line to the bounded log (rotating at :data:`LOG_FILE_BYTES`). Never raises."""
+    data = (line.replace("\n", " ")[:500] + "\n").encode("ascii", "replace")
+    try:
+        fd, st = _hook.open_ours(folder, LOG_NAME, _APPEND_FLAGS)
+        if st.st_size + len(data) > LOG_FILE_BYTES:
+            os.close(fd)
+            _files.set_aside(folder, LOG_OLD_NAME)  # a folder planted there would stop the rotation for good
+            folder.rename(LOG_NAME, LOG_OLD_NAME)
+            fd = _hook.open_ours(folder, LOG_NAME, _APPEND_FLAGS)[0]
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def gate_time(folder: Folder) -> float | None:
+    """The back-off time on disk (``flush.notbefore``'s mtime), if a regular file holds it."""
+    import stat
+
+    try:
+        st = folder.lstat(GATE_NAME)
+    except OSError:
+        return None
+    return st.st_mtime if stat.S_ISREG(st.st_mode) else None
+
+
+def backoff_delay(failures: int, retry_after: float | None, tune: _settings.Tuning) -> float:
+    """Seconds until the next try after ``failures`` consecutive failures (≥ 1).
+
+    Exponential (``base * 2**(failures-1)``, capped) with equal jitter (a random point in the upper half, so
+    that many laptops coming back online do not retry in step); a ``Retry-After`` is honoured (never retry
+    earlier than asked) and clamped to the cap.
+    """
+    delay = min(tune.backoff_cap, tune.backoff_base * 2.0 ** min(failures - 1, 40))
+    delay = random.uniform(delay / 2, delay)
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, tune.backoff_cap))
+    return delay
+
+
+def record_outcome(
+    folder: Folder,
+    *,
+    outcome: str,
+    error: str | None,
+    retry_after: float | None,
+    tune: _settings.Tuning,
+    sent: int,
+) -> float | None:
+    """Write ``state.json`` and the back-off gate after a run; returns the next retry time on failure."""
+    state = load_state(folder)
+    when = now()
+    failures = state.get("consecutive_failures")
+    failures = failures if isinstance(failures, int) and failures >= 0 else 0
+    next_retry: float | None = None
+    if outcome == "failed":
+        failures += 1
+        next_retry = when + backoff_delay(failures, retry_after, tune)
+    else:
+        failures = 0
+    new = {
+        "last_flush": when,
+        "last_result": outcome,
+        "last_error": error,
+        "last_sent": sent,
+        "consecutive_failures": failures,
+        "next_retry": next_retry,
+    }
+    try:
+        _files.replace_file(folder, STATE_NAME, json.dumps(new, sort_keys=True).encode("ascii") + b"\n")
+        _spawn.touch(folder, GATE_NAME, next_retry if next_retry is not None else when)
+    except OSError:
+        pass
+    return next_retry
+
+
+def read_state(app: App, *, environ: Mapping[str, str] | None = None) -> FlushState:
+    """The flusher's record for ``status``: last run, back-off and log tail. Reads only; never raises."""
+    with _files.ReadOnlyFolder(_hook.state_dir(app, environ)) as folder:
+        raw = folder.read(STATE_NAME, 4096)
+        log = folder.read(LOG_OLD_NAME, LOG_FILE_BYTES) + folder.read(LOG_NAME, LOG_FILE_BYTES)
+    try:
+        state = json.loads(raw or b"{}")
+    except ValueError:
+        state = {}
+    if not isinstance(state, dict):
+        state = {}
+    tail = tuple(line for line in log.decode("ascii", "replace").splitlines() if line.strip())[-LOG_TAIL_LINES:]
+
+    def num(key: str) -> float | None:
+        value = state.get(key)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    def text(key: str) -> str | None:
+        value = state.get(key)
+        return value[:500] if isinstance(value, str) else None
+
+    failures = state.get("consecutive_failures")
+    next_retry = num("next_retry")
+    if next_retry is not None and next_retry > now() + _hook.MAX_BACKOFF:
+        next_retry = None  # further ahead than any back-off (a wrong clock): the gate counts it as expired
+    return FlushState(
+        last_flush=num("last_flush"),
+        last_result=text("last_result"),
+        last_error=text("last_error"),
+        next_retry=next_retry,
+        consecutive_failures=failures if isinstance(failures, int) and failures >= 0 else 0,
+        log_tail=tail,
+    )
