@@ -17,9 +17,19 @@ nox.options.error_on_missing_interpreters = False  # a user's machine has the Py
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 REPO = Path(__file__).resolve().parent
-TEST_DEPS = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "trustme>=1.1", "click>=8.1", "pillow>=10"]
+TEST_DEPS = [
+    "pytest>=8",
+    "pytest-timeout>=2.3",
+    "hypothesis>=6.100",
+    "trustme>=1.1",
+    "click>=8.1",
+    "pillow>=10",
+    "filelock>=3.16",
+]
 """click: the optional Click group (``spool_reporter.click_group``) is tested; it is never a runtime dependency.
-pillow reads the public page's screenshots in tests/test_public_browser.py."""
+pillow reads the public page's screenshots in tests/test_public_browser.py. filelock is the reference the lock
+protocol is tested against (tests/test_lock_interop.py): another program holding spool.lock through filelock
+excludes the hook, and the reverse; the package itself takes every lock through the folder's descriptor."""
 
 
 DJANGO_SERIES: dict[str, tuple[str, ...]] = {

@@ -237,11 +237,9 @@ class _Run:
 
 def _purge(path: str) -> int:
     try:
-        folder = _hook.Folder(path, create=False)
-    except (FileNotFoundError, NotADirectoryError, _hook.SpoolError):
+        return _spool.purge_folder(path, wait=SPOOL_LOCK_TIMEOUT)
+    except (NotADirectoryError, _hook.SpoolError):
         return 0
-    with folder, _files.FolderLock(folder, _hook.LOCK_NAME, SPOOL_LOCK_TIMEOUT):
-        return _spool.purge(folder)
 
 
 def run(

@@ -1114,9 +1114,9 @@ def record_event(
             _echo(app, build_line(app, event, cid if cid and is_uuid4(cid) else uuid4(), when))
             return True
         if decision.hard_off and _has_queued(state_dir(app, env)):
-            from ._spool import purge_if_present  # rare: someone said no and events are queued
+            from ._spool import purge_folder  # rare: someone said no and events are queued
 
-            purge_if_present(app, env)
+            purge_folder(state_dir(app, env), wait=LOCK_WAIT_SECONDS)
         return False
     got = ensure_client_id(app, user, env, notice)
     if got is None:

@@ -44,6 +44,7 @@ from ._hook import (
     ACTIVE_NAME,
     COUNTERS_NAME,
     HUGE_ACTIVE_BYTES,
+    LOCK_NAME,
     LOCK_WAIT_SECONDS,
     MAX_ASIDE,
     O_BINARY,
@@ -55,10 +56,8 @@ from ._hook import (
     SEGMENT_SUFFIX,
     Folder,
     SpoolError,
-    lock_fd,
     open_ours,
     parse,
-    state_dir,
     trusted_file,
 )
 
@@ -75,9 +74,7 @@ a process killed in between, and :func:`tidy` publishes or removes it."""
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    from ._hook import App
+    pass
 
 __all__ = [
     "add_counter",
@@ -91,7 +88,7 @@ __all__ = [
     "names",
     "parse_lines",
     "purge",
-    "purge_if_present",
+    "purge_folder",
     "read_bytes",
     "read_counters",
     "recut",
@@ -558,16 +555,14 @@ def tidy(folder: Folder, now: float) -> list[str]:
     return notes
 
 
-def purge_if_present(app: App, env: Mapping[str, str]) -> None:
-    """ "Disabling also deletes everything queued": a stat is all this costs when there is nothing queued."""
-    path = state_dir(app, env)
-    if not os.path.isdir(path):
-        return
-    with Folder(path, create=False) as folder:
-        lfd = lock_fd(folder)
-        if lfd is None:
-            return
-        try:
-            purge(folder)
-        finally:
-            os.close(lfd)
+def purge_folder(path: str, *, wait: float) -> int:
+    """Delete every queued event of the spool folder at ``path`` under the spool lock, waiting at most ``wait``
+    seconds for it, and return how many; 0 when there is no such folder. The one purge behind ``disable``,
+    ``purge`` and ``forget``, and behind a flusher or a hook that finds reporting turned off. Raises
+    :class:`~._files.LockTimeout` when the lock stays busy, :class:`OSError` for a folder that cannot be used."""
+    try:
+        folder = Folder(path, create=False)
+    except FileNotFoundError:
+        return 0
+    with folder, _files.FolderLock(folder, LOCK_NAME, wait):
+        return purge(folder)

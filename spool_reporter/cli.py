@@ -13,17 +13,25 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
-import json
 import os
-import stat
 import sys
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, TextIO, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
-from . import _consent, _hook, _plan, _settings, _spool, _state
+from ._commands import (
+    EXIT_FAILED,
+    CommandError,
+    check_flush_args,
+    cmd_disable,
+    cmd_enable,
+    cmd_flush,
+    cmd_forget,
+    cmd_purge,
+    cmd_reset_id,
+    cmd_status,
+    print_error,
+)
 from ._hook import App, django_app
 from ._version import __version__
 
@@ -32,17 +40,9 @@ if TYPE_CHECKING:
 
 __all__ = ["COMMANDS", "Command", "Context", "Option", "add_commands", "build_parser", "main", "run_command"]
 
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_PIPE: Final = 128 + 13
 """128 + SIGPIPE: what a shell reports for a command ended by a closed pipe (``yes | head -1``)."""
-
-LOCK_TIMEOUT: Final = 10.0
-"""Seconds ``disable``/``purge`` wait for the spool lock (a flusher holds it for a rename at a time)."""
-
-PROGRESS_MIN_EVENTS: Final = 1000
-"""``flush`` shows progress on a terminal when at least this many events are queued."""
 
 DESCRIPTION: Final = """\
 See and control {name} usage reporting{dep8}, implemented by spool_reporter.
@@ -59,10 +59,6 @@ environment: {env_disable}=1 or DO_NOT_TRACK=1 turn reporting off;
 {env_debug}=1 prints events instead of queueing them.
 docs: {docs_url}
 """
-
-
-class CommandError(Exception):
-    """A failure to report on stderr with exit status 1."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -105,474 +101,6 @@ class Command:
     options: tuple[Option, ...] = ()
     check: Callable[[argparse.Namespace], str | None] | None = None
     """A usage error in the flags (exit status 2), or ``None``."""
-
-
-# --- helpers -------------------------------------------------------------------------------------------
-
-
-def _out(text: str = "", *, stream: TextIO | None = None) -> None:
-    (stream or sys.stdout).write(text + "\n")
-
-
-def _err(prog: str, text: str) -> None:
-    sys.stderr.write(f"{prog}: {text}\n")
-
-
-def _n(count: int, noun: str) -> str:
-    """``1 event``, ``2 events``."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def _iso(epoch: float | None) -> str | None:
-    return None if epoch is None else _hook.iso_time(epoch)
-
-
-def _age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds // size} {unit}"
-    return f"{seconds} s"
-
-
-def _denied(path: str) -> str:
-    """The folder that refuses access on the way to ``path``: the first one this user cannot enter, else
-    ``path`` itself (which it cannot read)."""
-    parts = os.path.abspath(path).split(os.sep)
-    for i in range(2, len(parts)):
-        ancestor = os.sep.join(parts[:i]) or os.sep
-        if os.path.isdir(ancestor) and not os.access(ancestor, os.X_OK):
-            return ancestor
-    return path
-
-
-def _blocker(path: str) -> tuple[str, str]:
-    """The first component of ``path`` that the spool code refuses to follow (``"link"``: another user's link,
-    or a link at one of the last two levels, ``spool_reporter/`` and the application's folder) or that is not a
-    folder (``"file"``), read with ``lstat``: a description for the message, never a decision (the spool code
-    decides through descriptors)."""
-    parts = os.path.abspath(path).split(os.sep)
-    for i in range(2, len(parts) + 1):
-        here = os.sep.join(parts[:i])
-        try:
-            st = os.lstat(here)
-        except OSError:
-            break
-        if stat.S_ISLNK(st.st_mode):
-            if i >= len(parts) - 1 or st.st_uid not in (0, os.geteuid() if hasattr(os, "geteuid") else 0):
-                return here, "link"
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            return here, "file"
-    return path, ""
-
-
-def folder_problem(path: str, exc: OSError) -> str:
-    """The real reason the spool folder at ``path`` cannot be used, naming the path once."""
-    cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
-    if isinstance(cause, PermissionError):
-        denied = _denied(path)
-        where = "" if denied == path else f" ({denied} cannot be entered)"
-        return f"cannot read the spool folder {path}: permission denied{where}"
-    if cause.errno in (errno.ELOOP, errno.ENOTDIR):
-        blocker, what = _blocker(path)
-        if what == "link":
-            return f"the spool folder {path} is reached through the symbolic link {blocker}; refusing to follow it"
-        if what == "file":
-            return f"the spool folder {path} cannot be made: {blocker} is not a folder"
-        return f"the spool folder {path} is not a folder (or a file stands in its path)"
-    if str(exc).startswith("not our folder"):
-        return f"the spool folder {path} belongs to another user; refusing to use it"
-    return f"cannot use the spool folder {path}: {cause.strerror or cause}"
-
-
-def _open_folder(path: str) -> _hook.Folder | None:
-    """The spool folder, ``None`` if there is none yet; :class:`CommandError` (the real cause) if unusable."""
-    try:
-        return _hook.Folder(path, create=False)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise CommandError(folder_problem(path, exc)) from exc
-
-
-def _check_readable(app: App, env: Mapping[str, str]) -> None:
-    """Raise :class:`CommandError` if the spool folder or one of its event files cannot be read: an answer
-    built on the files that could be read would be a lie (``flush --dry-run`` saying "0 events")."""
-    path = _hook.state_dir(app, env)
-    folder = _open_folder(path)
-    if folder is None:
-        return
-    with folder:
-        names = [name for name, _, _ in _spool.segments(folder)] + [_hook.ACTIVE_NAME]
-        for name in names:
-            try:
-                os.close(folder.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)))
-            except PermissionError as exc:
-                raise CommandError(f"cannot read {os.path.join(path, name)}: permission denied") from exc
-            except OSError:
-                continue  # missing, or planted (a symlink, a FIFO): skipped by the reader, as by the flusher
-
-
-@contextlib.contextmanager
-def _locked(app: App, env: Mapping[str, str]) -> Iterator[_hook.Folder | None]:
-    """The spool folder under the spool lock (``filelock``: the same flock as the hook), or ``None``."""
-    import filelock
-
-    path = _hook.state_dir(app, env)
-    folder = _open_folder(path)
-    if folder is None:
-        yield None
-        return
-    with folder:
-        lock = filelock.FileLock(os.path.join(path, _hook.LOCK_NAME), mode=0o600)
-        try:
-            lock.acquire(timeout=LOCK_TIMEOUT)
-        except filelock.Timeout as exc:
-            raise CommandError(
-                f"the spool is locked by another process (waited {LOCK_TIMEOUT:.0f} s); try again"
-            ) from exc
-        except OSError as exc:  # a read-only file system, a planted symlink at the lock file, ...
-            raise CommandError(f"cannot lock the spool in {path}: {exc.strerror or exc}") from exc
-        try:
-            yield folder
-        finally:
-            lock.release()
-
-
-def _purge(app: App, env: Mapping[str, str]) -> int:
-    with _locked(app, env) as folder:
-        if folder is None:
-            return 0
-        try:
-            return _spool.purge(folder)
-        except OSError as exc:
-            raise CommandError(f"cannot delete the queued events in {folder.path}: {exc.strerror or exc}") from exc
-
-
-def _spool_summary(app: App, env: Mapping[str, str]) -> dict[str, Any]:
-    """Queued count, oldest event time and drop counters, read without writing anything. When the folder
-    cannot be read, the counts are ``None`` (unknown) and ``problem`` says why."""
-    path = _hook.state_dir(app, env)
-    summary: dict[str, Any] = {"spool": path, "queued": 0, "oldest": None, "dropped": 0, "dropped_by_reason": {}}
-    try:
-        folder = _hook.Folder(path, create=False)
-    except FileNotFoundError:
-        return summary
-    except OSError as exc:
-        summary.update(queued=None, dropped=None, dropped_by_reason=None, problem=folder_problem(path, exc))
-        return summary
-    with folder:
-        summary["queued"] = _spool.count_queued(folder)
-        counters = _spool.read_counters(folder)
-        summary["dropped_by_reason"] = counters
-        summary["dropped"] = sum(counters.values())
-        names = [name for name, _, _ in _spool.segments(folder)] + [_hook.ACTIVE_NAME]
-        for name in names:
-            try:
-                data = _spool.read_bytes(folder, name, _hook.HUGE_ACTIVE_BYTES)
-            except OSError:
-                continue
-            events, _ = _spool.parse_lines(data or b"")
-            if events:
-                summary["oldest"] = events[0]["time"]
-                break
-    return summary
-
-
-def _inputs(ctx: Context) -> tuple[dict[str, str] | None, dict[str, str] | None, _hook.Decision]:
-    user, policy = _hook.read_inputs(ctx.app, ctx.env)
-    return user, policy, _hook.decide(ctx.app, ctx.env, user, policy)
-
-
-def _mode_text(decision: _hook.Decision) -> str:
-    if decision.local:
-        why = " (the system policy's default)" if decision.reason == "policy:local" else ""
-        return f"local: events are recorded on this machine and never sent{why}"
-    return {
-        _hook.MODE_OPT_IN: "opt-in: the system policy keeps reporting off until you run 'enable'",
-        _hook.MODE_LOCAL: "the system policy's default is local mode; you chose to send",
-    }.get(decision.mode, "opt-out: on until someone says no, as DEP 8 proposes")
-
-
-# --- commands ------------------------------------------------------------------------------------------
-
-
-def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
-    app, env = ctx.app, ctx.env
-    user, policy, decision = _inputs(ctx)
-    resolved = _settings.resolve(app, env, user=user, policy=policy, read_files=False, sending=False)
-    dest = resolved.destination
-    spool = _spool_summary(app, env)
-    state = _state.read_state(app, environ=env)
-    known = "problem" not in spool  # an unreadable folder hides the flusher's record too
-    seen = _hook.seen_notice_version(None if _hook.is_broken(user) else user)
-    data: dict[str, Any] = {
-        "enabled": decision.enabled,
-        "reason": decision.reason,
-        "reason_text": _consent.explain(decision.reason, environ=env, user=user, policy=policy),
-        "mode": decision.mode,
-        "local": decision.local,
-        "notice_version_seen": seen,
-        "notice_version": app.notice_version,
-        "endpoint": None if dest is None else dest.redacted_url(),
-        "transport": None if dest is None else dest.transport,
-        "destination_text": resolved.reason,
-        "config_file": _hook.user_config_path(app, env),
-        "policy_file": _hook.read_policy(app, env)[0],
-        **spool,
-        "last_flush": _iso(state.last_flush) if known else None,
-        "last_result": state.last_result if known else None,
-        "next_retry": _iso(state.next_retry) if known else None,
-        "consecutive_failures": state.consecutive_failures if known else None,
-    }
-    if args.json:
-        _out(json.dumps(data, indent=2, sort_keys=True))
-        if not known:
-            _err(ctx.prog, spool["problem"])
-        return EXIT_OK if known else EXIT_FAILED
-    now = time.time()
-    _out(f"reporting:     {'on' if decision.enabled else 'off'} - {data['reason_text']} [{decision.reason}]")
-    _out(f"mode:          {_mode_text(decision)}")
-    local = "; not used in local mode" if decision.local and dest is not None else ""
-    _out(f"destination:   {resolved.reason}{local}")
-    due = " (shown again with the next recorded event)" if decision.enabled and seen < app.notice_version else ""
-    _out(f"notice:        version {seen} seen, current {app.notice_version}{due}")
-    _out(f"config file:   {data['config_file']}")
-    _out(f"policy file:   {data['policy_file']}")
-    _out(f"spool:         {spool['spool']}")
-    if not known:
-        for label in ("queued", "dropped", "last flush", "next retry"):
-            _out(f"{label + ':':<15}unknown (the spool folder cannot be read)")
-        _err(ctx.prog, spool["problem"])
-        return EXIT_FAILED
-    oldest = ""
-    if spool["oldest"]:
-        with contextlib.suppress(ValueError):
-            oldest_epoch = time.mktime(time.strptime(spool["oldest"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
-            oldest = f", oldest {_age(now - oldest_epoch)} old ({spool['oldest']})"
-    _out(f"queued:        {_n(spool['queued'], 'event')}{oldest}")
-    breakdown = ", ".join(f"{k} {v}" for k, v in sorted(spool["dropped_by_reason"].items()))
-    _out(f"dropped:       {spool['dropped']}" + (f" ({breakdown})" if breakdown else ""))
-    last = "never" if state.last_flush is None else f"{data['last_flush']} ({state.last_result})"
-    _out(f"last flush:    {last}")
-    if decision.local:
-        _out("next retry:    none (local mode: nothing is sent)")
-    elif state.next_retry is not None and state.next_retry > now:
-        _out(f"next retry:    not before {data['next_retry']} (in {_age(state.next_retry - now)})")
-    else:
-        _out("next retry:    any time")
-    return EXIT_OK
-
-
-def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
-    from ._userconf import ConfigError, update
-
-    app, env = ctx.app, ctx.env
-    _, _, before = _inputs(ctx)
-    if args.local:
-        changes: dict[str, str | None] = {"disable": "0", "mode": "local"}
-    else:
-        changes = {"disable": "0", "mode": None}
-        if before.local:  # local -> sending: say what is about to leave first
-            queued = _spool_summary(app, env)["queued"] or 0
-            dest = _settings.resolve(app, env, sending=False).destination
-            where = f" to {dest.redacted_url()}" if dest is not None else ""
-            _out(
-                f"Leaving local mode: {_n(queued, 'queued event')} will be sent{where} by the next flusher; "
-                f"see exactly what with: {ctx.prog} flush --dry-run"
-            )
-    try:
-        path = update(app, changes, env)
-    except ConfigError as exc:
-        raise CommandError(str(exc)) from exc
-    user, policy, decision = _inputs(ctx)
-    written = ", ".join(f"{k}={v}" for k, v in changes.items() if v is not None)
-    _out(f"Wrote {written} to {path}" + (" and removed mode=local." if before.local and not args.local else "."))
-    if decision.enabled and decision.local:
-        _out(
-            f"Local mode: events are recorded on this machine and never sent. See them with: {ctx.prog} flush --dry-run"
-        )
-        return EXIT_OK
-    if decision.enabled:
-        _out(f"Reporting is on. See what would be sent with: {ctx.prog} flush --dry-run")
-        return EXIT_OK
-    why = _consent.explain(decision.reason, environ=env, user=user, policy=policy)
-    _out(f"Reporting stays off: {why} [{decision.reason}].")
-    if decision.reason == "destination:none":
-        _out(f"Destination: {_settings.no_destination_text(app, env)}.")
-    return EXIT_FAILED
-
-
-def cmd_disable(args: argparse.Namespace, ctx: Context) -> int:
-    from ._userconf import ConfigError, update
-
-    status = EXIT_OK
-    try:
-        path = update(ctx.app, {"disable": "1"}, ctx.env)
-        _out(f"Wrote disable=1 to {path}. Reporting is off.")
-    except ConfigError as exc:
-        # Reporting is already off when the file cannot be read safely; still delete what is queued.
-        _err(ctx.prog, str(exc))
-        status = EXIT_FAILED
-    deleted = _purge(ctx.app, ctx.env)
-    _out(f"Deleted {_n(deleted, 'queued event')}.")
-    return status
-
-
-def cmd_purge(args: argparse.Namespace, ctx: Context) -> int:
-    deleted = _purge(ctx.app, ctx.env)
-    _out(f"Deleted {_n(deleted, 'queued event')}.")
-    return EXIT_OK
-
-
-def cmd_reset_id(args: argparse.Namespace, ctx: Context) -> int:
-    from ._userconf import ConfigError, update
-
-    new = _hook.uuid4()
-    try:
-        path = update(ctx.app, {"client_id": new}, ctx.env)
-    except ConfigError as exc:
-        raise CommandError(str(exc)) from exc
-    _out(f"New client id {new} written to {path}.")
-    _out("Events already queued keep the id they were recorded with.")
-    return EXIT_OK
-
-
-def cmd_forget(args: argparse.Namespace, ctx: Context) -> int:
-    from . import _forget
-    from ._userconf import ConfigError
-
-    _check_readable(ctx.app, ctx.env)
-    try:
-        result = _forget.forget(ctx.app, environ=ctx.env, send_while_off=args.send_while_off)
-    except ConfigError as exc:
-        raise CommandError(str(exc)) from exc
-    out, err, status = _forget.report(result)
-    sys.stdout.write(out)
-    if err is not None:
-        sys.stdout.flush()
-        _err(ctx.prog, err)
-    return status
-
-
-def _progress_printer(stream: TextIO) -> Callable[[int, int], None]:
-    def show(done: int, total: int) -> None:
-        stream.write(f"\rsent {done}/{total} events")
-        if done >= total:
-            stream.write("\n")
-        stream.flush()
-
-    return show
-
-
-def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
-    app, env = ctx.app, ctx.env
-    _check_readable(app, env)
-    if args.dry_run:
-        return _dry_run(args, ctx)
-    user, policy, decision = _inputs(ctx)
-    if decision.enabled and decision.local:
-        queued = _spool_summary(app, env)["queued"] or 0
-        _out(
-            f"local: nothing is sent in local mode; {_n(queued, 'queued event')} stay on this machine. "
-            f"'{ctx.prog} enable' sends them, '{ctx.prog} flush --dry-run' shows what would leave."
-        )
-        return EXIT_OK
-    progress = None
-    if sys.stderr.isatty() and (_spool_summary(app, env)["queued"] or 0) >= PROGRESS_MIN_EVENTS:
-        progress = _progress_printer(sys.stderr)
-    from . import _flush  # the sender and urllib3: only when sending
-
-    result = _flush.run(app, foreground=True, environ=env, ignore_backoff=True, progress=progress)
-    if result.outcome == "failed" and result.message.startswith("the spool folder is not usable"):
-        raise CommandError(result.message)  # nothing was read, so there are no counts to show
-    remaining = result.remaining
-    if result.outcome in ("disabled", "no-endpoint"):
-        remaining = _spool_summary(app, env)["queued"] or 0  # what is still there, counted here
-    _out(
-        f"{result.outcome}: sent {result.sent}, rejected {result.rejected}, failed {result.failed}, "
-        f"still queued {remaining}" + (f", deleted {result.purged}" if result.purged else "")
-    )
-    # "0 when nothing is left to send": delivered, nothing queued, or everything deleted because reporting is off.
-    ok = result.outcome in ("delivered", "nothing") or (result.outcome in ("disabled", "no-endpoint") and not remaining)
-    if result.outcome == "delivered":
-        message = f"Sent {_n(result.sent, 'event')}" + (f", rejected {result.rejected}" if result.rejected else "")
-        dest = _settings.resolve(app, env).destination
-        message += f" to {dest.redacted_url()}." if dest is not None else "."
-    elif result.outcome == "disabled":
-        user, policy, decision = _inputs(ctx)
-        message = f"Reporting is off: {_consent.explain(decision.reason, environ=env, user=user, policy=policy)}"
-        if result.purged:
-            message += f"; deleted {_n(result.purged, 'queued event')}"
-        elif remaining:
-            message += f"; {_n(remaining, 'queued event')} kept, not sent"
-        message += "."
-    else:
-        message = result.message
-    if message:
-        (sys.stdout if ok else sys.stderr).write(message + "\n")
-    return EXIT_OK if ok else EXIT_FAILED
-
-
-def _body_for_display(headers: Mapping[str, str], body: bytes) -> Any:
-    ctype = {k.lower(): v for k, v in headers.items()}.get("content-type", "")
-    if "json" in ctype:
-        with contextlib.suppress(ValueError):
-            return json.loads(body)
-    return body.decode("utf-8", "replace")
-
-
-def _local_requests(ctx: Context, events: list[dict[str, object]]) -> list[Any]:
-    """In local mode: the requests that would leave if sending were on (``enable``), for ``--dry-run``."""
-    from .transports import transport_for
-
-    dest = _settings.resolve(ctx.app, ctx.env, sending=False).destination
-    if dest is None or not events:
-        return []
-    return [batch.request for batch in transport_for(dest).prepare(events, now=time.time()).batches]
-
-
-def _dry_run(args: argparse.Namespace, ctx: Context) -> int:
-    plan = _plan.plan(ctx.app, environ=ctx.env)
-    _, _, decision = _inputs(ctx)
-    local = decision.enabled and decision.local
-    shown_requests = _local_requests(ctx, plan.events) if local else plan.requests
-    requests = [
-        {
-            "method": r.method,
-            "url": r.url_redacted,
-            "headers": dict(r.headers),
-            "body": _body_for_display(r.headers, r.body),
-        }
-        for r in shown_requests
-    ]
-    if args.json:
-        doc = {"events": plan.events, "requests": requests, "reason": plan.reason, "local": local}
-        _out(json.dumps(doc, indent=2))
-        return EXIT_OK
-    _out(f"{_n(len(plan.events), 'queued event')}; nothing is sent by --dry-run.")
-    if local:
-        _out(f"Local mode: nothing leaves this machine. With sending on ('{ctx.prog} enable'), these would:")
-    elif plan.reason:
-        _out(f"No requests: {plan.reason}")
-    for i, (req, shown) in enumerate(zip(shown_requests, requests, strict=True), 1):
-        _out(f"\n--- request {i} of {len(requests)}: {len(req.body)} bytes")
-        _out(f"{req.method} {req.url_redacted}")
-        for k, v in req.headers.items():
-            _out(f"{k}: {v}")
-        _out()
-        body = shown["body"]
-        _out(json.dumps(body, indent=2) if not isinstance(body, str) else body)
-    return EXIT_OK
-
-
-def _check_flush_args(args: argparse.Namespace) -> str | None:
-    return (
-        "--json goes with --dry-run (flush itself prints a one-line summary)"
-        if args.json and not args.dry_run
-        else None
-    )
 
 
 # --- the table ----------------------------------------------------------------------------------------
@@ -621,7 +149,7 @@ COMMANDS: Final[tuple[Command, ...]] = (
             Option(("--dry-run",), "print the requests; send and change nothing"),
             Option(("--json",), "with --dry-run: one JSON object {events, requests, reason, local}"),
         ),
-        check=_check_flush_args,
+        check=check_flush_args,
     ),
     Command(
         name="purge",
@@ -665,7 +193,7 @@ COMMANDS: Final[tuple[Command, ...]] = (
 # --- argparse -----------------------------------------------------------------------------------------
 
 
-def _words(app: App, prog: str) -> dict[str, str]:
+def help_words(app: App, prog: str) -> dict[str, str]:
     django = app.slug == "django"
     return {
         "prog": prog,
@@ -686,7 +214,7 @@ def add_commands(
     command line named in messages; give the same to ``App(cli_name=...)`` so that the notice names it too.
     Run a parsed command with :func:`run_command`."""
     prog = prog or parser.prog
-    words = _words(app, prog)
+    words = help_words(app, prog)
     epilog = EPILOG.format(**words)
     sub = parser.add_subparsers(dest="spool_reporter_subcommand", metavar="COMMAND", title="commands")
     sub.required = True
@@ -741,14 +269,14 @@ def _run_guarded(run: Callable[[], int], prog: str) -> int:
     except BrokenPipeError:
         raise
     except CommandError as exc:
-        _err(prog, str(exc))
+        print_error(prog, str(exc))
         return EXIT_FAILED
     except KeyboardInterrupt:
-        _err(prog, "interrupted")
+        print_error(prog, "interrupted")
         return 130
     except OSError as exc:
         # The spool or config folders are unusable (read-only, missing, hostile): say so, never a traceback.
-        _err(prog, f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
+        print_error(prog, f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
         return EXIT_FAILED
 
 
@@ -756,7 +284,7 @@ def build_parser(app: App | None = None) -> argparse.ArgumentParser:
     """The whole command line for ``app`` (default: ``django-spool`` for Django, with the collector's
     commands); its program name is ``app.cli_name``. The docs' CLI reference is generated from it."""
     the_app = app or django_app()
-    words = _words(the_app, the_app.cli_name)
+    words = help_words(the_app, the_app.cli_name)
     parser = _Parser(
         prog=the_app.cli_name,
         description=DESCRIPTION.format(**words),

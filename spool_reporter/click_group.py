@@ -25,7 +25,7 @@ import os
 import click
 
 from ._hook import App
-from .cli import COMMANDS, Command, Context, _words, execute
+from .cli import COMMANDS, Command, Context, execute, help_words
 
 __all__ = ["reporting_group"]
 
@@ -34,7 +34,7 @@ def reporting_group(app: App, *, name: str = "analytics") -> click.Group:
     """A Click group with the management commands for ``app`` (``status``, ``enable``, ``disable``, ``flush``,
     ``purge``, ``reset-id``). Messages name the group's command path (``mytool analytics``); give the same to
     ``App(cli_name=...)`` so that the first-run notice names it too."""
-    words = _words(app, app.cli_name)
+    words = help_words(app, app.cli_name)
     group = click.Group(
         name=name,
         help=f"See and control {app.name} usage reporting (spool_reporter).",

@@ -298,6 +298,7 @@ def test_nothing_in_the_state_folder_is_reached_by_path(sandbox: Any, figures: F
     found = _audited(sandbox.env, "record") + _audited(sandbox.env, "record")  # the first creates the folders
     runs = [("spool_reporter.cli", ["status"]), ("spool_reporter.cli", ["flush", "--dry-run"])]
     runs += [("spool_reporter._detached", ["--app", "django"]), ("spool_reporter.cli", ["flush"])]
+    runs += [("spool_reporter.cli", ["purge"]), ("spool_reporter.cli", ["disable"])]
     with Server() as server:
         env = with_destination(sandbox.env, server.url())
         for mode, rest in runs:
@@ -308,21 +309,13 @@ def test_nothing_in_the_state_folder_is_reached_by_path(sandbox: Any, figures: F
     figures.row(
         fault="any path handed to the kernel under the state folder",
         injected="Python audit hooks (open, mkdir, chmod, rename, remove, rmdir, utime, listdir, scandir, link, "
-        "truncate) in a first record(), a second, status, flush --dry-run, the detached flusher, flush",
+        "truncate) in a first record(), a second, status, flush --dry-run, the detached flusher, flush, purge, disable",
         trials=2 + len(runs),
         recorded=2,
         delivered=delivered,
         checked="0 paths but the folder's own (compared with the folder a walk verified before): every level and "
-        "file reached relative to a folder descriptor (django-spool purge, in cli.py, still takes spool.lock "
-        "through filelock by path: a strict xfail)",
+        "file reached relative to a folder descriptor",
     )
-
-
-@pytest.mark.xfail(strict=True, reason="cli.py takes spool.lock through filelock.FileLock, by path")
-def test_purge_reaches_nothing_by_path(sandbox: Any) -> None:
-    sandbox.write_user(django_app_52(), "disable=0\n")
-    _audited(sandbox.env, "record")
-    assert not _audited(sandbox.env, "spool_reporter.cli", "purge")
 
 
 def django_app_52() -> Any:
