@@ -20,6 +20,7 @@ import os
 import time
 from collections.abc import Iterator
 
+from . import SpoolReporterError
 from ._hook import (
     DIR_FD,
     DIR_FLAGS,
@@ -46,6 +47,7 @@ __all__ = [
     "LockTimeout",
     "ReadOnlyFolder",
     "make_dirs",
+    "read_open",
     "open_dirs",
     "reopen",
     "replace_file",
@@ -277,7 +279,7 @@ def replace_file(folder: Folder, name: str, data: bytes) -> None:
         raise
 
 
-class LockTimeout(TimeoutError):
+class LockTimeout(SpoolReporterError, TimeoutError):
     """A :class:`FolderLock` was not free within its timeout."""
 
 
@@ -319,6 +321,21 @@ class FolderLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def read_open(fd: int, name: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of the open file ``fd`` (named ``name``), if it is a regular file of ours; else
+    :class:`~._hook.SpoolError`."""
+    if not trusted_file(os.fstat(fd)):
+        raise SpoolError(f"not a file of ours: {name}")
+    chunks = []
+    while limit > 0:
+        chunk = os.read(fd, min(limit, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        limit -= len(chunk)
+    return b"".join(chunks)
 
 
 class ReadOnlyFolder:
@@ -368,16 +385,7 @@ class ReadOnlyFolder:
         except OSError:
             return b""
         try:
-            if not trusted_file(os.fstat(fd)):
-                return b""
-            chunks = []
-            while limit > 0:
-                chunk = os.read(fd, min(limit, 1 << 20))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                limit -= len(chunk)
-            return b"".join(chunks)
+            return read_open(fd, name, limit)
         except OSError:
             return b""
         finally:

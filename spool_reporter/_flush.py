@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from . import _consent, _files, _hook, _settings, _spawn, _spool, _state
-from ._hook import FLUSHER_LOCK_FD_ENV, FLUSHER_LOCK_NAME, GATE_NAME, App
+from ._hook import FLUSHER_LOCK_FD_ENV, FLUSHER_LOCK_NAME, GATE_NAME, App, iso_time
 from ._http import Answer, Sender
-from ._state import iso, log, now
+from ._state import log, now
 from .transports import Event, transport_for
 
 __all__ = ["FlushResult", "run"]
@@ -75,23 +75,16 @@ class FlushResult:
     """One line for humans (no secrets)."""
 
 
-def _cap(values: dict[str, str] | None, key: str, default: int) -> int:
-    """A spool cap from the user file, read as the hook reads it (digits, at least 1; else the default)."""
-    raw = None if values is None else values.get(key)
-    if raw is None or not (raw.isascii() and raw.isdigit()):
-        return default
-    return max(1, int(raw))
-
-
 def _event_id(event: Event) -> str:
     return str(event["event_id"])
 
 
 class _Run:
+    """One run, once the flusher lock is held: the folder, the destination, the deadline and what was sent."""
+
     def __init__(
         self,
         *,
-        app: App,
         folder: _hook.Folder,
         env: Mapping[str, str],
         user: dict[str, str] | None,
@@ -100,9 +93,7 @@ class _Run:
         deadline: float,
         progress: Callable[[int, int], None] | None,
     ) -> None:
-        self.app = app
         self.folder = folder
-        self.env = env
         self.user = user
         self.destination = destination
         self.tune = tune
@@ -130,16 +121,16 @@ class _Run:
         """Seal the active file and enforce the caps, under the spool lock; the sealed segments, oldest first."""
         with self.spool_lock:
             for note in _spool.tidy(self.folder, now()):  # what killed processes and planted folders left
-                log(self.folder, f"{iso(now())} pid={os.getpid()} {note}")
+                log(self.folder, f"{iso_time(now())} pid={os.getpid()} {note}")
             _spool.seal_active(self.folder)
             for name, _, size in _spool.segments(self.folder):
                 if size > _hook.HUGE_ACTIVE_BYTES:  # damaged: whole lines are kept, overlong ones counted
                     kept, bad = _spool.recut(self.folder, name)
-                    log(self.folder, f"{iso(now())} pid={os.getpid()} re-cut {name}: {kept} lines kept, {bad} bad")
+                    log(self.folder, f"{iso_time(now())} pid={os.getpid()} re-cut {name}: {kept} lines kept, {bad} bad")
             _spool.enforce_caps(
                 self.folder,
-                _cap(self.user, "max_events", _hook.MAX_EVENTS),
-                _cap(self.user, "max_bytes", _hook.MAX_BYTES),
+                _hook.int_setting(self.user, "max_events", _hook.MAX_EVENTS),
+                _hook.int_setting(self.user, "max_bytes", _hook.MAX_BYTES),
             )
             return _spool.segments(self.folder)
 
@@ -168,15 +159,15 @@ class _Run:
             _spool.add_counter(self.folder, "rejected", rejected)
             _spool.add_counter(self.folder, "corrupt", bad)
 
-    def send_segment(self, name: str, count: int, total: int, done_before: int) -> tuple[Answer | None, int]:
+    def send_segment(self, name: str, total: int, done_before: int) -> tuple[Answer | None, int]:
         """Send one segment batch by batch, holding it as :class:`~._spool.Sending` (the caps leave it alone).
         Returns the failed answer (or ``None``) and the events handled."""
         with _spool.Sending(self.folder, name) as sending:
             if not sending.held:
                 return None, 0  # the caps (which counted it) or a purge took it since the claim
-            return self._send_segment(name, count, total, done_before)
+            return self._send_segment(name, total, done_before)
 
-    def _send_segment(self, name: str, count: int, total: int, done_before: int) -> tuple[Answer | None, int]:
+    def _send_segment(self, name: str, total: int, done_before: int) -> tuple[Answer | None, int]:
         try:
             data = _spool.read_bytes(self.folder, name, _hook.HUGE_ACTIVE_BYTES + 1)
         except FileNotFoundError:
@@ -196,7 +187,7 @@ class _Run:
             done.add(_event_id(event))
             rejected += 1
             self.rejected += 1
-            log(self.folder, f"{iso(now())} pid={os.getpid()} rejected {_event_id(event)}: {reason}")
+            log(self.folder, f"{iso_time(now())} pid={os.getpid()} rejected {_event_id(event)}: {reason}")
         failure: Answer | None = None
         handled = len(done)
         for batch in prepared.batches:
@@ -212,7 +203,9 @@ class _Run:
                 self.rejected += len(ids)
                 log(
                     self.folder,
-                    self.secretless(f"{iso(now())} pid={os.getpid()} batch of {len(ids)} refused: {answer.describe()}"),
+                    self.secretless(
+                        f"{iso_time(now())} pid={os.getpid()} batch of {len(ids)} refused: {answer.describe()}"
+                    ),
                 )
             else:
                 self.failed += len(ids)
@@ -227,8 +220,8 @@ class _Run:
     def send_all(self, segments: list[tuple[str, int, int]]) -> Answer | None:
         total = sum(count for _, count, _ in segments)
         done = 0
-        for name, count, _size in segments:
-            failure, handled = self.send_segment(name, count, total, done)
+        for name, _count, _size in segments:
+            failure, handled = self.send_segment(name, total, done)
             done += handled
             if failure is not None:
                 return failure
@@ -335,8 +328,7 @@ def _run(
                 return FlushResult(outcome="busy", message="another flusher is running")
             release = flusher_lock.release
         try:
-            return _run_locked(
-                app=app,
+            job = _Run(
                 folder=folder,
                 env=env,
                 user=user,
@@ -345,9 +337,9 @@ def _run(
                 # The detached process's deadline was set when it armed its watchdog; in the foreground the
                 # run starts once the flusher lock is ours.
                 deadline=time.monotonic() + tune.deadline if deadline is None else deadline,
-                ignore_backoff=ignore_backoff,
                 progress=progress,
             )
+            return _run_locked(job, ignore_backoff=ignore_backoff)
         finally:
             release()
 
@@ -372,36 +364,16 @@ def _inherited_lock(env: Mapping[str, str], folder: _hook.Folder) -> int | None:
     return fd
 
 
-def _run_locked(
-    *,
-    app: App,
-    folder: _hook.Folder,
-    env: Mapping[str, str],
-    user: dict[str, str] | None,
-    destination: _settings.Destination,
-    tune: _settings.Tuning,
-    deadline: float,
-    ignore_backoff: bool,
-    progress: Callable[[int, int], None] | None,
-) -> FlushResult:
+def _run_locked(job: _Run, *, ignore_backoff: bool) -> FlushResult:
+    folder, tune = job.folder, job.tune
     if not ignore_backoff:
         gate = _state.gate_time(folder)
         if gate is not None and _hook.backing_off(gate, now()):
             return FlushResult(
                 outcome="failed",
                 remaining=_spool.count_queued(folder),
-                message=f"backing off until {iso(gate)}",
+                message=f"backing off until {iso_time(gate)}",
             )
-    job = _Run(
-        app=app,
-        folder=folder,
-        env=env,
-        user=user,
-        destination=destination,
-        tune=tune,
-        deadline=deadline,
-        progress=progress,
-    )
     try:
         segments = job.claim()
     except _files.LockTimeout:
@@ -422,9 +394,9 @@ def _run_locked(
         retry = _state.record_outcome(
             folder, outcome="failed", error=error, retry_after=failure.retry_after, tune=tune, sent=job.sent
         )
-        when = f"; next try after {iso(retry)}" if retry is not None else ""
+        when = f"; next try after {iso_time(retry)}" if retry is not None else ""
         message = f"sent {job.sent}, kept {remaining}: {error}{when}"
-        log(folder, f"{iso(now())} pid={pid} failed: {message}")
+        log(folder, f"{iso_time(now())} pid={pid} failed: {message}")
         return FlushResult(
             outcome="failed",
             sent=job.sent,
@@ -434,8 +406,8 @@ def _run_locked(
             message=message,
         )
     _state.record_outcome(folder, outcome="delivered", error=None, retry_after=None, tune=tune, sent=job.sent)
-    message = f"sent {job.sent} events to {destination.redacted_url()}" + (
+    message = f"sent {job.sent} events to {job.destination.redacted_url()}" + (
         f", {job.rejected} rejected" if job.rejected else ""
     )
-    log(folder, f"{iso(now())} pid={pid} delivered: {message}")
+    log(folder, f"{iso_time(now())} pid={pid} delivered: {message}")
     return FlushResult(outcome="delivered", sent=job.sent, rejected=job.rejected, remaining=remaining, message=message)

@@ -32,6 +32,8 @@ import stat
 import sys
 import time
 
+from . import SpoolReporterError  # the package is imported already: no cost
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -59,11 +61,11 @@ def _check(value: "str", chars: "frozenset[str]", what: "str", limit: "int" = MA
     return value
 
 
-def coarse_version(version: "str") -> "str":
-    # ``'5.2.7'`` -> ``'5.2'``: the allowlist keeps versions at major.minor.
-    parts = version.split(".")
+def coarse_version(version: "str", default: "str" = "0") -> "str":
+    # ``'5.2.7'`` -> ``'5.2'``, ``'6.1.0-rc1'`` -> ``'6.1'``: the leading numbers of the first two parts, as the
+    # allowlist keeps versions at major.minor (an application's, an OS release); ``default`` when there are none.
     digits = []
-    for part in parts[:2]:
+    for part in version.split(".")[:2]:
         num = ""
         for ch in part:
             if not "0" <= ch <= "9":
@@ -72,7 +74,7 @@ def coarse_version(version: "str") -> "str":
         if not num:
             break
         digits.append(str(int(num)))
-    return ".".join(digits) or "0"
+    return ".".join(digits) or default
 
 
 class App:
@@ -625,20 +627,6 @@ def _python() -> "tuple[str, str]":
     return names.get(impl, impl[:16].capitalize() or "Python"), f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
-def _major_minor(release: "str") -> "str":
-    parts = []
-    for part in release.split(".")[:2]:
-        digits = ""
-        for ch in part:
-            if not "0" <= ch <= "9":
-                break
-            digits += ch
-        if not digits:
-            break
-        parts.append(str(int(digits)))
-    return ".".join(parts) or "unknown"
-
-
 ARCH: "Final" = {
     "x86_64": "x86_64",
     "amd64": "x86_64",
@@ -674,14 +662,14 @@ def _os() -> "tuple[str, str, str]":
     u = os.uname()
     arch = ARCH.get(u.machine.lower(), "other")
     if sys.platform == "darwin":  # pragma: no cover - macOS
-        darwin = int(_major_minor(u.release).split(".")[0] or 0)
+        darwin = int(coarse_version(u.release, "unknown").split(".")[0] or 0)
         # Darwin 20-24 are macOS 11-15; Darwin 25 is macOS 26 (the year-based numbering).
         macos = str(darwin + 1) if darwin >= 25 else str(darwin - 9) if darwin >= 20 else f"10.{darwin - 4}"
         return "macOS", macos, arch
     family = {"linux": "Linux", "freebsd": "FreeBSD", "openbsd": "OpenBSD", "netbsd": "NetBSD"}.get(
         u.sysname.lower(), "other"
     )
-    return family, _major_minor(u.release), arch
+    return family, coarse_version(u.release, "unknown"), arch
 
 
 _STATIC: "tuple[str, str, str, str, str] | None" = None
@@ -734,12 +722,12 @@ def iso_time(epoch: "float") -> "str":
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
-_MIDDLE: "dict[App, str]" = {}
+_FIXED_FIELDS: "dict[App, str]" = {}
 
 
-def _middle(app: "App") -> "str":
+def _fixed_fields(app: "App") -> "str":
     # The fields that do not change within a process, serialised once.
-    cached = _MIDDLE.get(app)
+    cached = _FIXED_FIELDS.get(app)
     if cached is None:
         impl, pyver, family, release, arch = platform_facts()
         q = quote
@@ -748,7 +736,7 @@ def _middle(app: "App") -> "str":
             f'"python_version":{q(pyver)},"os":{q(family)},"os_release":{q(release)},"arch":{q(arch)},'
             f'"user_agent":{q(user_agent(app))},'
         )
-        _MIDDLE[app] = cached
+        _FIXED_FIELDS[app] = cached
     return cached
 
 
@@ -756,7 +744,7 @@ def build_line(app: "App", event: "str", client_id: "str", now: "float") -> "byt
     # One spool line (JSON object + newline) holding exactly :data:`FIELDS`, in that order.
     q = quote
     return (
-        f'{{"schema":{SCHEMA_VERSION},"event_id":"{uuid4()}","event":{q(event)},{_middle(app)}'
+        f'{{"schema":{SCHEMA_VERSION},"event_id":"{uuid4()}","event":{q(event)},{_fixed_fields(app)}'
         f'"client_id":{q(client_id)},"time":"{iso_time(now)}"}}\n'
     ).encode("ascii")
 
@@ -824,8 +812,9 @@ _APPEND_FLAGS: "Final" = os.O_RDWR | os.O_APPEND | os.O_CREAT | O_NOFOLLOW | O_C
 READ_FLAGS: "Final" = os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_BINARY
 
 
-class SpoolError(OSError):
-    # The spool folder or one of its files is not safe to use (symlink, wrong owner, not a file).
+class SpoolError(SpoolReporterError, OSError):
+    # The spool folder or one of its files is not safe to use (symlink, wrong owner, not a file): an OSError to
+    # the code that handles unusable folders, and a SpoolReporterError like every exception the package raises.
     pass
 
 

@@ -271,7 +271,7 @@ class Sender:
         self._deadline = deadline
         self._pool: urllib3.PoolManager | None = None
 
-    def _exchange(self, request: Request, box: dict[str, object]) -> None:
+    def _exchange(self, request: Request, reply: dict[str, object]) -> None:
         import urllib3
 
         if self._pool is None:
@@ -295,10 +295,10 @@ class Sender:
             response = self._pool.request(request.method, request.url, **options)
         # The status line and headers are the answer; the body is read only for the log, and a server that
         # trickles it cannot turn a 2xx into a failure (the caller reads `status` at the deadline).
-        box["status"] = response.status
-        box["retry_after"] = response.headers.get("Retry-After")
+        reply["status"] = response.status
+        reply["retry_after"] = response.headers.get("Retry-After")
         try:
-            box["body"] = response.read(MAX_RESPONSE_BYTES, decode_content=False)
+            reply["body"] = response.read(MAX_RESPONSE_BYTES, decode_content=False)
         finally:
             if response.length_remaining == 0:
                 response.release_conn()
@@ -314,26 +314,26 @@ class Sender:
         left = self._deadline - time.monotonic()
         if left <= 0:
             return Answer(error="deadline reached")
-        box: dict[str, object] = {}
+        reply: dict[str, object] = {}
 
         def work() -> None:
             try:
-                self._exchange(request, box)
-            except BaseException as exc:  # reported through box; a worker must never print a traceback
-                box["error"] = f"{type(exc).__name__}: {exc}"
+                self._exchange(request, reply)
+            except BaseException as exc:  # reported through reply; a worker must never print a traceback
+                reply["error"] = f"{type(exc).__name__}: {exc}"
 
         worker = threading.Thread(target=work, name="spool_reporter-send", daemon=True)
         worker.start()
         worker.join(left)
-        status = box.get("status")
+        status = reply.get("status")
         if not isinstance(status, int):
             # A timeout that urllib3 raised at the deadline is the deadline's doing: its per-read timeout was
             # clamped to what was left, so the worker can end a moment before `join` would have.
             if worker.is_alive() or time.monotonic() >= self._deadline - DEADLINE_SLACK:
                 return Answer(error=f"no answer within the {self._tune.deadline:g}s deadline")
-            return Answer(error=str(box.get("error", "no answer")))
-        body = box.get("body")
-        raw_retry = box.get("retry_after")
+            return Answer(error=str(reply.get("error", "no answer")))
+        body = reply.get("body")
+        raw_retry = reply.get("retry_after")
         return Answer(
             status=status,
             retry_after=parse_retry_after(raw_retry if isinstance(raw_retry, str) else None, time.time()),

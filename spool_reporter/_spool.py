@@ -55,7 +55,6 @@ from ._hook import (
     SEGMENT_PREFIX,
     SEGMENT_SUFFIX,
     Folder,
-    SpoolError,
     open_ours,
     parse,
     trusted_file,
@@ -136,27 +135,23 @@ def parse_lines(data: bytes) -> tuple[list[dict[str, object]], int]:
     return events, bad
 
 
-def count_queued(folder: Folder) -> int:
-    """Events waiting: sealed segments by their names, the active file by its lines."""
-    total = sum(s[1] for s in segments(folder))
+def _active_lines(folder: Folder) -> int:
+    """Lines in the active file (0 if it cannot be read: something planted there holds no event of ours)."""
     try:
         data = read_bytes(folder, ACTIVE_NAME, HUGE_ACTIVE_BYTES)
     except OSError:
-        data = None
-    if data:
-        total += sum(1 for _ in iter_lines(data))
-    return total
+        return 0
+    return sum(1 for _ in iter_lines(data or b""))
+
+
+def count_queued(folder: Folder) -> int:
+    """Events waiting: sealed segments by their names, the active file by its lines."""
+    return sum(s[1] for s in segments(folder)) + _active_lines(folder)
 
 
 def purge(folder: Folder) -> int:
     """Delete every queued event (active file and segments). Caller holds the lock. Returns the count."""
-    deleted = 0
-    try:
-        data = read_bytes(folder, ACTIVE_NAME, HUGE_ACTIVE_BYTES)
-    except OSError:
-        data = None
-    if data:
-        deleted += sum(1 for _ in iter_lines(data))
+    deleted = _active_lines(folder)
     with contextlib.suppress(FileNotFoundError):
         folder.unlink(ACTIVE_NAME)
     for name, count, _ in segments(folder):
@@ -212,17 +207,7 @@ def read_bytes(folder: Folder, name: str, limit: int) -> bytes | None:
     except FileNotFoundError:
         return None
     try:
-        if not trusted_file(os.fstat(fd)):
-            raise SpoolError(f"not a file of ours: {name}")
-        chunks = []
-        left = limit
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return _files.read_open(fd, name, limit)
     finally:
         os.close(fd)
 

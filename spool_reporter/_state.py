@@ -51,10 +51,6 @@ def now() -> float:
     return time.time()
 
 
-def iso(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-
-
 @dataclass(frozen=True, kw_only=True)
 class FlushState:
     """The flusher's record on disk, for ``status``; see :func:`read_state`."""

@@ -13,14 +13,14 @@ import os
 import stat
 from collections.abc import Mapping
 
-from . import _files, _hook
+from . import SpoolReporterError, _files, _hook
 from ._hook import App
 
 CONFIG_LOCK_WAIT = 2.0
 """Seconds to wait for the config file's lock (held by a hook for microseconds)."""
 
 
-class ConfigError(Exception):
+class ConfigError(SpoolReporterError):
     """The user's config file cannot be changed safely; the message says why and what to do."""
 
 
