@@ -85,8 +85,11 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
             "client id, are kept (default: %(default)g)",
         )
 
-    serve = commands.add_parser(
+    serve = _command(
+        commands,
         "serve",
+        cmd_serve,
+        db="where to store (created if missing)",
         help="receive batches at POST /v1/batch (embedded server, for a laptop or a demo)",
         description="Serve the collector with the embedded server until interrupted (SIGINT or SIGTERM): "
         "batches at POST /v1/batch, the public page at GET / and its JSON at GET /v1/stats. With --port 0 a "
@@ -96,7 +99,6 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port; 0 picks a free one (default: %(default)s)")
-    _add_db(serve, "where to store (created if missing)")
     add_max_age(serve, "refuse events older than this; at most one day ahead is accepted")
     add_retain(serve)
     serve.add_argument(
@@ -136,15 +138,16 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the public page (GET /) and GET /v1/stats publish no number that counts fewer than N distinct "
         "developers; smaller groups are merged into 'other' or not shown (default: %(default)s)",
     )
-    serve.set_defaults(func=cmd_serve)
 
-    stats = commands.add_parser(
+    stats = _command(
+        commands,
         "stats",
+        cmd_stats,
+        db="the collector's database",
         help="distinct developers per ISO week, by Django, Python and OS version",
         description="Print distinct client ids per ISO week, broken down by application (Django) version, "
         "Python version and OS, from a collector database, and the events it refused.",
     )
-    _add_db(stats, "the collector's database")
     stats.add_argument("--json", action="store_true", help='print {"weeks": [...]} as JSON')
     stats.add_argument(
         "--html",
@@ -162,20 +165,22 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "GET /v1/stats publish with --min-count N (default: the full numbers, for the operator only)",
     )
     stats.add_argument("--app", default="Django", help="the application to report (default: %(default)s)")
-    stats.set_defaults(func=cmd_stats)
 
-    migrate = commands.add_parser(
+    _command(
+        commands,
         "migrate",
+        cmd_migrate,
+        db="the database (a SQLite file is created if missing)",
         help="create the collector's tables, or bring an older schema up to date",
         description="Create the collector's tables in the database, or migrate an older schema, and print the "
         "schema version. serve and the WSGI application do the same when they start; run this once before "
         "starting several of them, or to check a database.",
     )
-    _add_db(migrate, "the database (a SQLite file is created if missing)")
-    migrate.set_defaults(func=cmd_migrate)
-
-    rollup = commands.add_parser(
+    rollup = _command(
+        commands,
         "rollup",
+        cmd_rollup,
+        db="the collector's database",
         help="roll closed weeks up and delete raw events past the retention",
         description="Close the weeks that can take no more events (they ended more than --max-age-days ago), "
         "store their numbers in the roll-up tables, which hold no client id, and delete the raw events older "
@@ -183,10 +188,24 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--rollup-every; run this from cron instead when that is off. Give it the --max-age-days of the "
         "collectors. Safe to run at any time, and from several hosts at once: one works, the others say so.",
     )
-    _add_db(rollup, "the collector's database")
     add_max_age(rollup, "the collectors' maximum event age: weeks that ended longer ago are closed")
     add_retain(rollup)
-    rollup.set_defaults(func=cmd_rollup)
+
+
+def _command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    func: Callable[[argparse.Namespace], int],
+    *,
+    db: str,
+    help: str,
+    description: str,
+) -> argparse.ArgumentParser:
+    """Add command ``name``, run by ``func``, with its ``--db`` option (``db`` says what the database is for)."""
+    parser = commands.add_parser(name, help=help, description=description)
+    _add_db(parser, db)
+    parser.set_defaults(func=func)
+    return parser
 
 
 def _min_count(text: str) -> int:

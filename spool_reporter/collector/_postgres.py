@@ -31,6 +31,7 @@ import os
 import threading
 import time
 
+from . import _store
 from ._store import (
     COLUMNS,
     LATE,
@@ -40,14 +41,8 @@ from ._store import (
     Inserted,
     Limits,
     Reader,
-    Row,
     Store,
     Unavailable,
-    apply_cap,
-    client_apps,
-    group_new,
-    redact,
-    this_week,
 )
 
 TYPE_CHECKING = False
@@ -56,6 +51,8 @@ if TYPE_CHECKING:
     from typing import Any, Final, TypeVar
 
     import psycopg
+
+    from ._store import RollupCells, RollupTotals, Row
 
     _T = TypeVar("_T")
 
@@ -196,7 +193,7 @@ class PostgresStore(Store):
 
     def __init__(self, url: str, *, create: bool = True, limits: Limits | None = None) -> None:
         self.url = url
-        self.display = redact(url)
+        self.display = _store.redact(url)
         self.limits = limits or Limits()
         self._pg: Any = _psycopg()
         self._lock = threading.Lock()
@@ -342,22 +339,22 @@ class PostgresStore(Store):
                 cur.execute(_ENSURE_CLIENT_WEEKS, (clients, weeks))
                 used = {(c, w): int(n) for c, w, n in cur.execute(_LOCK_CLIENT_WEEKS, (clients, weeks))}
                 known = {r[0] for r in cur.execute(_KNOWN, (",".join({row[0] for row in rows}),))}
-                new, groups = group_new(rows, known)
-                kept, taken, limited = apply_cap(new, groups, used, cap)
+                new, groups = _store.group_new(rows, known)
+                kept, taken, limited = _store.apply_cap(new, groups, used, cap)
                 if kept:
                     batch = json.dumps([dict(zip(COLUMNS, row, strict=True)) for row in kept], separators=(",", ":"))
                     added = cur.execute(_INSERT, (batch,)).rowcount
                     items = sorted(taken.items())
                     columns = (",".join(k[0] for k, _ in items), ",".join(k[1] for k, _ in items))
                     cur.execute(_ADD_CLIENT_WEEKS, (*columns, ",".join(str(n) for _, n in items)))
-                    spans = client_apps(kept)  # in key order: two batches lock shared rows in one order
+                    spans = _store.client_apps(kept)  # in key order: two batches lock shared rows in one order
                     cur.execute(_ADD_CLIENT_APPS, tuple(",".join(span[i] for span in spans) for i in range(4)))
             if limited:
                 refused[OVER_CAP] = refused.get(OVER_CAP, 0) + limited
             if late:
                 refused[LATE] = refused.get(LATE, 0) + late
             if refused:
-                week = this_week(time.time() if now is None else now)
+                week = _store.this_week(time.time() if now is None else now)
                 cur.executemany(_ADD_REFUSAL, [(week, reason, n) for reason, n in sorted(refused.items()) if n])
         return Inserted(added, kept if want_new else [], limited + late)
 
@@ -378,12 +375,7 @@ class PostgresStore(Store):
 
         return self._transaction(work)
 
-    def save_rollup(
-        self,
-        week: str,
-        totals: Sequence[tuple[str, int, int, int]],
-        cells: Sequence[tuple[str, str, str, int]],
-    ) -> bool:
+    def save_rollup(self, week: str, totals: RollupTotals, cells: RollupCells) -> bool:
         def work(cur: psycopg.Cursor[Any]) -> bool:
             closed, rolled = _one(cur, "SELECT closed_through, rolled_through FROM rollup_state FOR UPDATE")
             if week <= rolled or week > closed:

@@ -35,6 +35,7 @@ import stat
 import threading
 import time
 
+from . import _store
 from ._store import (
     COLUMNS,
     LATE,
@@ -44,20 +45,16 @@ from ._store import (
     Inserted,
     Limits,
     Reader,
-    Row,
     Store,
     Unavailable,
-    apply_cap,
-    client_apps,
-    drop_closed,
-    group_new,
-    this_week,
 )
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from typing import Final, TypeVar
+
+    from ._store import RollupCells, RollupTotals, Row
 
     _T = TypeVar("_T")
 
@@ -363,11 +360,25 @@ class SQLiteStore(Store):
         error: BaseException | None = None
         results: list[Inserted] = []
         try:
+            results = self._in_transaction(lambda conn: [self._insert(conn, job) for job in jobs])
+        except BaseException as exc:  # handed to every caller of the group, re-raised there
+            error = exc
+        for k, job in enumerate(jobs):
+            if error is None:
+                job.result = results[k]
+            else:
+                job.error = error
+            job.done = True
+
+    def _in_transaction(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Under the write lock: ``work(conn)`` in one write transaction on the writing connection; a database that
+        is locked or cannot be reached raises :class:`Unavailable`."""
+        try:
             conn = self._writing_connection()
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    results = [self._insert(conn, job) for job in jobs]
+                    result = work(conn)
                     conn.execute("COMMIT")
                 except BaseException:
                     with contextlib.suppress(sqlite3.Error):
@@ -377,15 +388,10 @@ class SQLiteStore(Store):
                 self._drop_writer(conn)
                 raise
         except sqlite3.OperationalError as exc:
-            error = Unavailable(str(exc)) if _unavailable(exc) else exc
-        except BaseException as exc:  # handed to every caller of the group, re-raised there
-            error = exc
-        for k, job in enumerate(jobs):
-            if error is None:
-                job.result = results[k]
-            else:
-                job.error = error
-            job.done = True
+            if _unavailable(exc):
+                raise Unavailable(str(exc)) from exc
+            raise
+        return result
 
     def _drop_writer(self, conn: sqlite3.Connection) -> None:
         self._writer = None  # possibly inside a failed transaction: start afresh next time
@@ -402,10 +408,10 @@ class SQLiteStore(Store):
             chunk = ids[start : start + _CHUNK]
             query = f"SELECT event_id FROM events WHERE event_id IN ({','.join('?' * len(chunk))})"  # noqa: S608
             known.update(r[0] for r in conn.execute(query, chunk))
-        new, groups = group_new(rows, known)
+        new, groups = _store.group_new(rows, known)
         # The write transaction excludes close_weeks(): the closed weeks read here stay closed until COMMIT.
         (closed,) = conn.execute("SELECT closed_through FROM rollup_state").fetchone()
-        new, groups, late = drop_closed(new, groups, closed)
+        new, groups, late = _store.drop_closed(new, groups, closed)
         if late:
             refused[LATE] = refused.get(LATE, 0) + late
         used: dict[tuple[str, str], int] = {}
@@ -420,14 +426,14 @@ class SQLiteStore(Store):
                 for client, week, n in conn.execute(query, chunk):
                     if (client, week) in groups:
                         used[(client, week)] = int(n)
-        kept, taken, limited = apply_cap(new, groups, used, cap)
+        kept, taken, limited = _store.apply_cap(new, groups, used, cap)
         conn.executemany(_INSERT, kept)
         conn.executemany(_ADD_CLIENT_WEEK, [(client, week, n) for (client, week), n in taken.items()])
-        conn.executemany(_ADD_CLIENT_APP, client_apps(kept))
+        conn.executemany(_ADD_CLIENT_APP, _store.client_apps(kept))
         if limited:
             refused[OVER_CAP] = refused.get(OVER_CAP, 0) + limited
         if refused:
-            week = this_week(time.time() if job.now is None else job.now)
+            week = _store.this_week(time.time() if job.now is None else job.now)
             conn.executemany(_ADD_REFUSAL, [(week, reason, n) for reason, n in sorted(refused.items()) if n])
         return Inserted(len(kept), kept if job.want_new else [], limited + late)
 
@@ -436,25 +442,7 @@ class SQLiteStore(Store):
     def _write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """``work(conn)`` in one write transaction on the writing connection (batches wait meanwhile)."""
         with self._write_lock:
-            try:
-                conn = self._writing_connection()
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                    try:
-                        result = work(conn)
-                        conn.execute("COMMIT")
-                    except BaseException:
-                        with contextlib.suppress(sqlite3.Error):
-                            conn.execute("ROLLBACK")
-                        raise
-                except BaseException:
-                    self._drop_writer(conn)
-                    raise
-            except sqlite3.OperationalError as exc:
-                if _unavailable(exc):
-                    raise Unavailable(str(exc)) from exc
-                raise
-            return result
+            return self._in_transaction(work)
 
     def close_weeks(self, week: str) -> str:
         def work(conn: sqlite3.Connection) -> str:
@@ -463,12 +451,7 @@ class SQLiteStore(Store):
 
         return self._write(work)
 
-    def save_rollup(
-        self,
-        week: str,
-        totals: Sequence[tuple[str, int, int, int]],
-        cells: Sequence[tuple[str, str, str, int]],
-    ) -> bool:
+    def save_rollup(self, week: str, totals: RollupTotals, cells: RollupCells) -> bool:
         def work(conn: sqlite3.Connection) -> bool:
             closed, rolled = conn.execute("SELECT closed_through, rolled_through FROM rollup_state").fetchone()
             if week <= rolled or week > closed:

@@ -40,13 +40,14 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+from collections.abc import Sequence
 
 from spool_reporter import SpoolReporterError
 from spool_reporter._event import FIELDS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Mapping
     from typing import Final, NamedTuple
 else:
     from typing import NamedTuple
@@ -93,6 +94,12 @@ class Unavailable(CollectorError):
 
 Row = tuple[str, str, str, str, str, str, str, str, str, str, str, str]
 """One event as stored, in :data:`COLUMNS` order."""
+
+RollupTotals = Sequence[tuple[str, int, int, int]]
+"""A closed week's totals per application: (app, developers, events, new developers)."""
+
+RollupCells = Sequence[tuple[str, str, str, int]]
+"""A closed week's breakdowns: (app, breakdown, value, developers)."""
 
 
 class Inserted(NamedTuple):
@@ -278,12 +285,7 @@ class Store:
         in flight finished first). Returns the newest closed week (never moves back)."""
         raise NotImplementedError
 
-    def save_rollup(
-        self,
-        week: str,
-        totals: Sequence[tuple[str, int, int, int]],
-        cells: Sequence[tuple[str, str, str, int]],
-    ) -> bool:
+    def save_rollup(self, week: str, totals: RollupTotals, cells: RollupCells) -> bool:
         """Store the numbers of the closed ``week`` -- ``totals``: (app, developers, events, new developers);
         ``cells``: (app, breakdown, value, count) -- and mark it rolled up, in one transaction. ``False`` (and
         nothing written) if it was rolled up already, e.g. by another process."""
