@@ -406,15 +406,6 @@ def serving(behaviour: str = "healthy", **kwargs: Any) -> Iterator[Server]:
         server.close()
 
 
-def wait_for(predicate: Any, timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll ``predicate`` until true, at most ``timeout`` seconds (a bounded loop, never a bare sleep)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
-
-
 # --- spool helpers -------------------------------------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, Sandbox
-from servers import wait_for
+from polling import wait_for
 from test_cli import unnamed
 
 from spool_reporter import App, cli

@@ -23,6 +23,7 @@ import pytest
 import urllib3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from polling import wait_for
 
 from spool_reporter._event import DJANGO_COMMANDS, FIELDS, check, validate
 from spool_reporter.collector import (
@@ -157,18 +158,6 @@ def db_bytes(db: Path) -> bytes:
 def assert_private(data: bytes) -> None:
     for secret in ("127.0.0.1", PROBE_UA, MARKER, FORWARDED_FOR, "PrivacyProbe"):
         assert secret.encode() not in data, secret
-
-
-def wait_for(predicate: object, *, timeout: float = 10.0) -> None:
-    """Poll ``predicate()`` until true, for at most ``timeout`` seconds (bounded in time and count)."""
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / 0.01) + 1):
-        if predicate():  # type: ignore[operator]
-            return
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.01)
-    raise AssertionError("condition not reached in time")
 
 
 @pytest.fixture

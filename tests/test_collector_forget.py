@@ -10,7 +10,8 @@ from pathlib import Path
 import pg
 import pytest
 from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
-from test_collector import CLOCK, POLICY, _call, batch, det_uuid4, event, post, wait_for
+from polling import wait_for
+from test_collector import CLOCK, POLICY, _call, batch, det_uuid4, event, post
 from test_collector_rollup import DAY, MAX_AGE, NOW, row
 from test_collector_stores import BACKENDS
 

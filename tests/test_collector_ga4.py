@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from polling import wait_for
 from test_collector import (
     _JSON,
     FORWARDED_FOR,
@@ -31,7 +32,6 @@ from test_collector import (
     det_uuid4,
     event,
     probe_headers,
-    wait_for,
 )
 
 from spool_reporter._event import REASONS, validate

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
-from test_collector import det_uuid4, wait_for
+from polling import wait_for
+from test_collector import det_uuid4
 from test_collector_stores import BACKENDS
 
 from spool_reporter._hook import iso_time

@@ -15,7 +15,8 @@ from pathlib import Path
 import filelock
 import pytest
 from conftest import Sandbox
-from servers import Proxy, RefusedPort, Server, fill, serving, wait_for, with_destination
+from polling import wait_for
+from servers import Proxy, RefusedPort, Server, fill, serving, with_destination
 
 from spool_reporter import App, _flush, _http, _plan, _settings, _state
 

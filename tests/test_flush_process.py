@@ -14,7 +14,8 @@ from collections import Counter
 
 import pytest
 from conftest import Sandbox
-from servers import RefusedPort, fill, serving, wait_for, with_destination
+from polling import wait_for
+from servers import RefusedPort, fill, serving, with_destination
 
 from spool_reporter import App, _detached, _flush, _hook, _spawn, _state
 

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 from conftest import Sandbox
-from servers import fill, serving, wait_for, with_destination
+from polling import wait_for
+from servers import fill, serving, with_destination
 from test_cli import cli, unnamed
 from test_record import record_together
 

@@ -6,10 +6,10 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from polling import wait_for
 
 from spool_reporter import App, record
 from spool_reporter._firstrun import notice_text
@@ -167,30 +167,35 @@ def test_notice_printed_once_on_stderr(sandbox: Sandbox, app: App) -> None:
 
 
 def record_together(sandbox: Sandbox, count: int = 6) -> list[tuple[str, str]]:
-    """``count`` processes each calling ``record(..., notice=True)`` at the same moment: their stdout and stderr."""
+    """``count`` processes each calling ``record(..., notice=True)`` at the same moment: their stdout and stderr.
+
+    A barrier of files: each process imports what it needs, says it is ready (``ready-<n>``) and waits for ``go``;
+    ``go`` is written once every one is ready."""
     go = sandbox.root / "go"
     code = textwrap.dedent(
         f"""
-        import os, time
-        deadline = time.monotonic() + 30
-        while not os.path.exists({str(go)!r}) and time.monotonic() < deadline:
-            time.sleep(0.001)
+        import os, sys, time
         from spool_reporter import record
         from spool_reporter._hook import django_app
+        open(os.path.join({str(sandbox.root)!r}, "ready-" + sys.argv[1]), "w").close()
+        deadline = time.monotonic() + 60
+        while not os.path.exists({str(go)!r}) and time.monotonic() < deadline:
+            time.sleep(0.001)
         print(record("startproject", app=django_app("5.2"), notice=True))
         """
     )
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", code],
+            [sys.executable, "-c", code, str(n)],
             env=sandbox.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for _ in range(count)
+        for n in range(count)
     ]
-    time.sleep(0.3)  # let them all reach the start line; correctness does not depend on it
+    ready = [sandbox.root / f"ready-{n}" for n in range(count)]
+    wait_for(lambda: all(path.exists() for path in ready), timeout=60, what="every process at the start line")
     go.write_text("")
     return [p.communicate(timeout=60) for p in procs]
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import filelock
 import pytest
 from conftest import Sandbox
-from servers import fill, serving, wait_for, with_destination
+from polling import wait_for
+from servers import fill, serving, with_destination
 
 from spool_reporter import App, _hook, _spawn, _state
 

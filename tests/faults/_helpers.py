@@ -404,18 +404,6 @@ def ids_in(data: bytes) -> list[str]:
     return [str(e["event_id"]) for e in events]
 
 
-def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.01) -> None:
-    """Poll ``predicate`` at most ``timeout`` seconds (and a bounded number of times)."""
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / interval) + 2):
-        if predicate():
-            return
-        if time.monotonic() > deadline:
-            break
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def dumps(obj: object) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
 

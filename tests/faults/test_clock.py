@@ -13,12 +13,13 @@ import sys
 import time
 
 import pytest
+from polling import wait_for
 from servers import Server, fill, with_destination
 
 from spool_reporter import _hook, _settings, _state
 from spool_reporter._hook import django_app
 
-from ._helpers import Figures, flusher_idle, ids_in, python_cmd, spool_bytes, wait_until
+from ._helpers import Figures, flusher_idle, ids_in, python_cmd, spool_bytes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -68,7 +69,9 @@ def test_back_off_in_the_far_future(sandbox: Sandbox, figures: Figures, ahead: f
         for _ in range(COMMANDS):
             result = subprocess.run(python_cmd(RECORD), env=env, capture_output=True, timeout=60, check=False)
             assert (result.returncode, result.stdout, result.stderr) == (0, b"", b""), result
-            wait_until(lambda: flusher_idle(folder, str(sandbox.home)), 60, "background flushers", 0.02)
+            wait_for(
+                lambda: flusher_idle(folder, str(sandbox.home)), timeout=60, what="background flushers", interval=0.02
+            )
         took = time.monotonic() - started
         recorded = queued | set(ids_in(spool_bytes(folder))) | set(server.event_ids())
         left = set(ids_in(spool_bytes(folder)))

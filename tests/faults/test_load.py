@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from polling import wait_for
 
 from spool_reporter import _flush
 from spool_reporter._hook import django_app
@@ -25,7 +26,6 @@ from ._helpers import (
     python_cmd,
     scale,
     spool_bytes,
-    wait_until,
 )
 
 TYPE_CHECKING = False
@@ -79,7 +79,9 @@ def test_concurrent_writers_and_flushers_deliver_exactly_what_was_recorded(
             float(line.split()[1]) for out in outs for line in out.splitlines() if line.startswith("worst")
         )
         # Let the detached flushers the hook started finish, then drain the rest in the foreground.
-        wait_until(lambda: not flushers_of(str(sandbox.home)), 120, "the detached flushers to end", 0.05)
+        wait_for(
+            lambda: not flushers_of(str(sandbox.home)), timeout=120, what="the detached flushers to end", interval=0.05
+        )
         log_path = folder / "flush.log"
         spawned_runs = len(log_path.read_text().splitlines()) if log_path.exists() else 0
         for _ in range(20):

@@ -18,6 +18,7 @@ import time
 
 import pytest
 from conftest import SANDBOX_ENDPOINT
+from polling import wait_for
 from servers import Server
 
 from ._helpers import (
@@ -33,7 +34,6 @@ from ._helpers import (
     spool_bytes,
     tree,
     users_root,
-    wait_until,
 )
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(sys.platform != "linux", reason="Linux: setpriv")]
@@ -158,7 +158,9 @@ def test_planted_at_every_file(figures: Figures, kind: str, destination: str, us
             result = victim.run(RECORD, env=env)
             worst = max(worst, time.monotonic() - t0)
             assert (result.returncode, result.stdout, result.stderr) == (7, "hello\nbye\n", ""), result
-            wait_until(lambda: flusher_idle(folder, str(victim.home)), 60, "background flushers", 0.02)
+            wait_for(
+                lambda: flusher_idle(folder, str(victim.home)), timeout=60, what="background flushers", interval=0.02
+            )
         # The commands' own flushers (the hook started them) must have delivered already.
         before_final = set(ids_in(spool_bytes(folder)))
         flushed = victim.run(FLUSH, env={**env, "SPOOL_REPORTER_FLUSHER": "1"})

@@ -15,7 +15,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from servers import serving, wait_for, with_destination
+from polling import wait_for
+from servers import serving, with_destination
 
 from spool_reporter._hook import django_app
 

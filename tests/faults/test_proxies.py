@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from polling import wait_for
 from servers import Proxy, Server, fill, ipv6_loopback_socket, with_destination
 
 from spool_reporter import _http
 from spool_reporter._hook import django_app
 
-from ._helpers import Figures, flusher_cmd, ids_in, silent_dns, spool_bytes, wait_until
+from ._helpers import Figures, flusher_cmd, ids_in, silent_dns, spool_bytes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -236,7 +237,7 @@ def test_localhost_names_never_reach_a_resolver(sandbox: Sandbox, tmp_path: Path
             stderr=subprocess.DEVNULL,
         )
         try:
-            wait_until(lambda: bool(resolver.queries), 20, "the probe's query")
+            wait_for(lambda: bool(resolver.queries), timeout=20, what="the probe's query")
         finally:
             probe.kill()
             probe.wait(timeout=30)

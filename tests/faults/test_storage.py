@@ -21,11 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from polling import wait_for
 from servers import fill, serving
 
 from spool_reporter._hook import django_app, uuid4
 
-from ._helpers import Figures, flushers_of, kill, scale, tree, wait_until
+from ._helpers import Figures, flushers_of, kill, scale, tree
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -355,7 +356,12 @@ def test_storage_fault(sandbox: Sandbox, tmp_path: Path, figures: Figures, kind:
                     worst = max(worst, took)
                     found = _check(actor, result, took)
                     # A flusher the hook started in the background must be done before we look.
-                    wait_until(lambda: not flushers_of(str(sandbox.home)), 30, "background flushers", 0.02)
+                    wait_for(
+                        lambda: not flushers_of(str(sandbox.home)),
+                        timeout=30,
+                        what="background flushers",
+                        interval=0.02,
+                    )
                     after = tree(tmp_path, skip=sandbox.home / "state")
                     if after != outside:
                         changed = sorted(set(after.items()) ^ set(outside.items()))

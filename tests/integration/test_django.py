@@ -20,11 +20,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from conftest import Sandbox
+from polling import wait_for
 
 from spool_reporter._event import FIELDS
 from spool_reporter._firstrun import notice_text
@@ -429,18 +430,6 @@ def _serves(port: int) -> bool:
         conn.close()
 
 
-def _wait_for(condition: Callable[[], bool], what: str, *, timeout: float = 60, interval: float = 0.05) -> None:
-    """Poll ``condition`` until true: bounded in time and in attempts."""
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / interval) + 1):
-        if condition():
-            return
-        if time.monotonic() > deadline:
-            break
-        time.sleep(interval)
-    pytest.fail(f"timed out waiting for {what}")
-
-
 def _children(pid: int) -> list[int]:
     out = []
     for entry in Path("/proc").iterdir():
@@ -490,7 +479,9 @@ class Server:
             sink.extend(chunk)
 
     def wait_serving(self) -> None:
-        _wait_for(lambda: self.proc.poll() is None and _serves(self.port), f"runserver on port {self.port}")
+        wait_for(
+            lambda: self.proc.poll() is None and _serves(self.port), timeout=60, what=f"runserver on port {self.port}"
+        )
 
     def stop(self) -> int:
         """Ctrl-C, as a terminal sends it (to the process group); SIGKILL if that is not enough. The exit code."""
@@ -538,7 +529,7 @@ def test_runserver_records_once_across_reloads_and_holds_no_spool_descriptor(use
             os.utime(settings, (later, later))
             return False
 
-        _wait_for(reloaded, "the reloaded child", interval=1.0)
+        wait_for(reloaded, timeout=60, what="the reloaded child", interval=1.0)
         server.wait_serving()
         assert re.search(rb"settings\.py changed, reloading", bytes(server.stderr)), bytes(server.stderr)
         assert user.names() == ["runserver"]
@@ -567,7 +558,7 @@ def test_runserver_noreload_records_once(user: User) -> None:
 def test_django_admin_startproject_piped_to_cat_ends_with_the_command(user: User) -> None:
     """`django-admin startproject x | cat`, armed by the installed .pth, with a destination that never answers:
     the pipeline ends with the command; the flusher (stdio on the null device, its own session) waits alone."""
-    from servers import serving, wait_for, with_destination
+    from servers import serving, with_destination
 
     with serving("silent") as server:
         env = with_destination(
