@@ -3,7 +3,7 @@ GA4-shaped payloads), judges each event on its own, and stores no IP address.
 
 Public API (everything else in this package is private)::
 
-    make_app(db, *, forward=None, policy=None, limits=None, min_count=10, retention=None) -> Collector  # WSGI
+    make_app(db, *, forward=None, policy=None, limits=None, min_count=None, retention=None) -> Collector  # WSGI
     serve(db, *, host="127.0.0.1", port=0, ...) -> CollectorServer           # embedded server, bound
     stats(db, *, app="Django") -> Stats                 # distinct developers per ISO week (all of them)
     publish(stats, *, min_count=10) -> Published        # the same with small groups merged or withheld
@@ -41,22 +41,20 @@ configured with ``transport=ga4`` can use this collector instead of Google: the 
 
 from __future__ import annotations
 
-import os
-
-from ._forward import GA4Forwarder
-from ._public import MIN_COUNT, Published, check_min_count, publish
-from ._report import render_html
-from ._rollup import check_retention
-from ._server import CollectorServer
-from ._stats import Stats, Week
-from ._stats import compute as stats
-from ._store import CollectorError, Limits, Retention, Store, Unavailable, open_store
-from ._wire import MAX_BODY_BYTES, MAX_EVENTS, Policy
-from ._wsgi import BATCH_PATH, FORGET_PATH, GA4_PATH, Collector, Counters
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ._wsgi import Forwarder
+    import os
+    from typing import Final
+
+    from ._forward import GA4Forwarder
+    from ._public import MIN_COUNT, Published, publish
+    from ._report import render_html
+    from ._server import CollectorServer
+    from ._stats import Stats, Week
+    from ._stats import compute as stats
+    from ._store import CollectorError, Limits, Retention, Store, Unavailable, open_store
+    from ._wire import MAX_BODY_BYTES, MAX_EVENTS, Policy
+    from ._wsgi import BATCH_PATH, FORGET_PATH, GA4_PATH, Collector, Counters, Forwarder
 
 __all__ = [
     "BATCH_PATH",
@@ -86,6 +84,50 @@ __all__ = [
     "stats",
 ]
 
+_HOMES: Final = {
+    "BATCH_PATH": "_wsgi",
+    "FORGET_PATH": "_wsgi",
+    "GA4_PATH": "_wsgi",
+    "MAX_BODY_BYTES": "_wire",
+    "MAX_EVENTS": "_wire",
+    "MIN_COUNT": "_public",
+    "Collector": "_wsgi",
+    "CollectorError": "_store",
+    "CollectorServer": "_server",
+    "Counters": "_wsgi",
+    "GA4Forwarder": "_forward",
+    "Limits": "_store",
+    "Policy": "_wire",
+    "Published": "_public",
+    "Retention": "_store",
+    "Stats": "_stats",
+    "Store": "_store",
+    "Unavailable": "_store",
+    "Week": "_stats",
+    "open_store": "_store",
+    "publish": "_public",
+    "render_html": "_report",
+    "stats": "_stats.compute",
+}
+"""Where each public name lives: the package loads a module when one of its names is first used (PEP 562), so
+that ``django-spool status``, whose parser lists the collector's commands, does not import the server."""
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    module, _, attr = home.partition(".")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), attr or name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})
+
 
 def make_app(
     db: str | os.PathLike[str],
@@ -93,7 +135,7 @@ def make_app(
     forward: Forwarder | None = None,
     policy: Policy | None = None,
     limits: Limits | None = None,
-    min_count: int = MIN_COUNT,
+    min_count: int | None = None,
     retention: Retention | None = None,
 ) -> Collector:
     """The collector as a WSGI application storing into ``db`` (a SQLite path, created if missing, or a
@@ -102,11 +144,19 @@ def make_app(
     :param forward: an optional forwarder (:class:`GA4Forwarder`) that receives every newly stored event.
     :param policy: what is accepted (:class:`Policy`: applications and their commands, the time window).
     :param limits: what is kept (:class:`Limits`: events per client id per week).
-    :param min_count: the fewest developers a number at ``GET /`` and ``GET /v1/stats`` may count.
+    :param min_count: the fewest developers a number at ``GET /`` and ``GET /v1/stats`` may count (default:
+        :data:`MIN_COUNT`, 10).
     :param retention: how long raw events are kept, and how often ingest starts a roll-up (:class:`Retention`).
     :raises CollectorError: the database cannot be opened (one line saying why), or the retention is shorter
         than the maximum event age plus a week.
     """
+    from ._public import MIN_COUNT, check_min_count
+    from ._rollup import check_retention
+    from ._store import Retention, open_store
+    from ._wire import Policy
+    from ._wsgi import Collector
+
+    min_count = MIN_COUNT if min_count is None else min_count
     check_min_count(min_count)  # before the store opens the database
     check_retention(retention or Retention(), (policy or Policy()).max_age)
     store = open_store(db, limits=limits)
@@ -125,13 +175,15 @@ def serve(
     forward: Forwarder | None = None,
     policy: Policy | None = None,
     limits: Limits | None = None,
-    min_count: int = MIN_COUNT,
+    min_count: int | None = None,
     retention: Retention | None = None,
 ) -> CollectorServer:
     """A bound embedded server for :func:`make_app` (``port=0``: a free port, see ``.port`` and ``.url``).
 
     Call ``.serve_forever()`` or ``.start()`` (a daemon thread), and ``.stop()``; or use ``with``.
     """
+    from ._server import CollectorServer
+
     app = make_app(db, forward=forward, policy=policy, limits=limits, min_count=min_count, retention=retention)
     try:
         return CollectorServer(app, host=host, port=port)

@@ -63,8 +63,9 @@ DESCRIPTION: Final = (
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``serve``, ``stats``, ``migrate`` and ``rollup`` to ``commands``."""
-    from ._config import DEFAULT_MAX_AGE_DAYS
-    from ._store import Limits, Retention
+    # The store's defaults only: the rest of the collector is imported when a command runs, so that building
+    # the parser (every django-spool command does) stays cheap.
+    from ._store import DEFAULT_MAX_AGE_DAYS, Limits, Retention
 
     def add_max_age(parser: argparse.ArgumentParser, what: str) -> None:
         parser.add_argument(

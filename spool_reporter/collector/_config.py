@@ -18,11 +18,11 @@ In the environment, several ``--commands`` values are separated by ``;``.
 
 from __future__ import annotations
 
-from spool_reporter._event import MAX_AGE_SECONDS, MAX_FUTURE_SECONDS, check
+from spool_reporter._event import MAX_FUTURE_SECONDS, check
 
 from ._public import MIN_COUNT, MIN_COUNT_VARIABLE, parse_min_count
 from ._rollup import check_retention
-from ._store import CollectorError, Limits, Retention
+from ._store import DEFAULT_MAX_AGE_DAYS, CollectorError, Limits, Retention
 from ._wire import ANY_COMMAND, DEFAULT_COMMANDS, Policy
 
 TYPE_CHECKING = False
@@ -41,8 +41,6 @@ ROLLUP_EVERY_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_ROLLUP_EVERY"
 
 MAX_AGE_DAYS_LIMIT: Final = 3660
 """The largest ``--max-age-days`` (ten years): anything more is a typo."""
-
-DEFAULT_MAX_AGE_DAYS: Final = MAX_AGE_SECONDS // 86400
 
 
 def parse_commands(values: Iterable[str]) -> dict[str, frozenset[str]]:

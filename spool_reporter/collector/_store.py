@@ -43,7 +43,7 @@ import os
 from collections.abc import Sequence
 
 from spool_reporter import SpoolReporterError
-from spool_reporter._event import FIELDS
+from spool_reporter._event import FIELDS, MAX_AGE_SECONDS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -111,6 +111,10 @@ class Inserted(NamedTuple):
     """Those rows (only when asked for with ``want_new``)."""
     limited: int = 0
     """Rows refused because their client id had reached :attr:`Limits.per_client_week` that week."""
+
+
+DEFAULT_MAX_AGE_DAYS: Final = MAX_AGE_SECONDS // 86400
+"""The oldest event a collector accepts by default, in days (``--max-age-days``): the client's own time window."""
 
 
 class Limits(NamedTuple):
