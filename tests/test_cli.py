@@ -137,6 +137,33 @@ def test_status_says_what_the_value_is_and_why_it_was_refused(
     assert result.stdout.splitlines()[line] == text
 
 
+@pytest.mark.parametrize(
+    ("args", "absent"),
+    [
+        pytest.param(["status"], ("urllib3", "spool_reporter._flush", "spool_reporter._http"), id="status"),
+        pytest.param(
+            ["flush", "--dry-run"], ("urllib3", "spool_reporter._flush", "spool_reporter._http"), id="dry-run"
+        ),
+    ],
+)
+def test_reading_commands_import_neither_the_sender_nor_the_collector_server(
+    sandbox: Sandbox, app: App, args: list[str], absent: tuple[str, ...]
+) -> None:
+    # `status` reads one JSON file and counts a folder: the flusher, urllib3 and the collector's server (whose
+    # commands the parser lists) stay unimported.
+    queue(sandbox, app, 2)
+    code = (
+        f"import sys\nfrom spool_reporter.cli import main\nmain({args!r})\nprint(sorted(sys.modules), file=sys.stderr)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=sandbox.env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done
+    loaded = set(eval(done.stderr.strip().splitlines()[-1]))
+    server = {"spool_reporter.collector._server", "spool_reporter.collector._wsgi", "http.server"}
+    assert not loaded & {*absent, *server}, sorted(loaded & {*absent, *server})
+
+
 def test_status_counts_queue_and_drops(sandbox: Sandbox, app: App) -> None:
     queue(sandbox, app, 3)
     with Folder(str(sandbox.state_dir(app)), create=False) as folder:
