@@ -70,7 +70,7 @@ BELOW_NORMAL_PRIORITY_CLASS: "Final" = 0x00004000
 
 # POSIX nice lowers the priority before the interpreter starts. Measured on a busy 2-core machine, a flusher
 # started at normal priority slowed the next `django -m --version` by ~95 ms (its interpreter start and
-# urllib3/filelock imports alone), one started under `nice -n 19` by ~4 ms; the flusher also calls os.nice.
+# imports alone), one started under `nice -n 19` by ~4 ms; the flusher also calls os.nice.
 NICE_PATHS: "Final" = ("/usr/bin/nice", "/bin/nice")
 
 

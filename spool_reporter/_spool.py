@@ -10,11 +10,12 @@ Layout of ``<user state dir>/spool_reporter/<app>/`` (folder ``0700``, files ``0
     counters                   ``cap=`` / ``corrupt=`` / ``rejected=`` drop counts (``key=value``)
 
 **The lock protocol.** Every writer of the folder holds an exclusive ``flock`` on ``spool.lock`` while it
-appends, seals (renames ``spool.jsonl`` to a segment), deletes segments or updates ``counters``. The hook
-takes it with :func:`fcntl.flock` directly (:mod:`filelock` costs ~10 ms to import); the flusher and the
-command line take it through :class:`filelock.FileLock`, which is the same ``flock`` on the same file, so
-each excludes the other (``tests/test_lock_interop.py``). On Windows the hook locks byte 0 with
-:func:`msvcrt.locking`, as ``filelock.WindowsFileLock`` does.
+appends, seals (renames ``spool.jsonl`` to a segment), deletes segments or updates ``counters``. Every process
+takes it the same way, through the folder's descriptor: the hook with :func:`~._hook.lock_fd`, the flusher and
+the command line with :class:`~._files.FolderLock`. It is the ``flock`` that :class:`filelock.FileLock` takes on
+the same file, so another program that locks ``spool.lock`` with :mod:`filelock` excludes them all and the
+reverse (``tests/test_lock_interop.py``). On Windows the hook locks byte 0 with :func:`msvcrt.locking`, as
+``filelock.WindowsFileLock`` does.
 
 **Caps.** When ``spool.jsonl`` reaches :data:`SEGMENT_BYTES` the appender seals it; then, while the sealed
 segments exceed ``max_events`` or ``max_bytes``, the oldest segment is deleted and its line count added to

@@ -38,11 +38,11 @@ def _count(n: int) -> str:
 
 
 FACTS: tuple[tuple[str, str, str, Any], ...] = (
-    ("default `max_events` (count cap)", "spool_reporter._spool", "MAX_EVENTS", _count),
-    ("default `max_bytes` (size cap)", "spool_reporter._spool", "MAX_BYTES", _size),
-    ("active spool file sealed at", "spool_reporter._spool", "SEGMENT_BYTES", _size),
-    ("longest wait for the spool lock inside a command", "spool_reporter._spool", "LOCK_WAIT_SECONDS", _seconds),
-    ("one-line segments kept beside a busy lock, at most", "spool_reporter._spool", "MAX_ASIDE", _count),
+    ("default `max_events` (count cap)", "spool_reporter._hook", "MAX_EVENTS", _count),
+    ("default `max_bytes` (size cap)", "spool_reporter._hook", "MAX_BYTES", _size),
+    ("active spool file sealed at", "spool_reporter._hook", "SEGMENT_BYTES", _size),
+    ("longest wait for the spool lock inside a command", "spool_reporter._hook", "LOCK_WAIT_SECONDS", _seconds),
+    ("one-line segments kept beside a busy lock, at most", "spool_reporter._hook", "MAX_ASIDE", _count),
     ("largest spool line accepted", "spool_reporter._event", "MAX_LINE_BYTES", _size),
     ("largest config or policy file trusted", "spool_reporter._hook", "MAX_CONFIG_BYTES", _size),
     ("flusher: whole-run deadline, DNS included", "spool_reporter._settings", "DEADLINE", _seconds),
@@ -50,8 +50,8 @@ FACTS: tuple[tuple[str, str, str, Any], ...] = (
     ("flusher: read (inactivity) timeout per request", "spool_reporter._settings", "READ_TIMEOUT", _seconds),
     ("back-off after the first failure (doubles, with jitter)", "spool_reporter._settings", "BACKOFF_BASE", _seconds),
     ("longest back-off, and cap on `Retry-After`", "spool_reporter._settings", "BACKOFF_CAP", _seconds),
-    ("background flusher started at most every", "spool_reporter._spawn", "SPAWN_INTERVAL", _seconds),
-    ("... unless the active spool is larger than", "spool_reporter._spawn", "SPAWN_THRESHOLD_BYTES", _size),
+    ("background flusher started at most every", "spool_reporter._hook", "SPAWN_INTERVAL", _seconds),
+    ("... unless the active spool is larger than", "spool_reporter._hook", "SPAWN_THRESHOLD_BYTES", _size),
 )
 
 

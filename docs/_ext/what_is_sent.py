@@ -349,6 +349,7 @@ def generate_notice(app: Sphinx, docname: str, options: dict[str, str]) -> str:
     from spool_reporter._firstrun import notice_text
     from spool_reporter._hook import django_app
 
+    app.env.note_dependency(REPO / "spool_reporter" / "_firstrun.py")
     app.env.note_dependency(REPO / "spool_reporter" / "_hook.py")
     return fenced(notice_text(django_app()).strip("\n"), "text")
 
@@ -356,7 +357,7 @@ def generate_notice(app: Sphinx, docname: str, options: dict[str, str]) -> str:
 def generate_ci_variables(app: Sphinx, docname: str, options: dict[str, str]) -> str:
     from spool_reporter._hook import CI_VARIABLES
 
-    app.env.note_dependency(REPO / "spool_reporter" / "_consent.py")
+    app.env.note_dependency(REPO / "spool_reporter" / "_hook.py")
     return "\n" + ", ".join(f"`{name}`" for name in CI_VARIABLES) + "\n"
 
 
