@@ -221,6 +221,11 @@ def _mode_text(decision: _hook.Decision) -> str:
 
 
 def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
+    """Show whether reporting is on and which rule decided it, the mode (opt-out, opt-in or
+    local), the destination (secrets redacted), the version of the notice you have seen, where the
+    spool is, how many events are queued and how old the oldest is, how many were dropped, the last
+    flush and when the next retry may happen.
+    """
     app, env = ctx.app, ctx.env
     user, policy, decision = _inputs(ctx)
     resolved = _settings.resolve(app, env, user=user, policy=policy, read_files=False, sending=False)
@@ -288,6 +293,12 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
+    """Write disable=0 to your config file: your explicit yes. It also turns reporting on in
+    opt-in mode and in CI. {env_disable}, DO_NOT_TRACK and a system policy that disables
+    reporting still win. Coming from local mode, it says what is queued and will now be sent.
+    With --local, write mode=local too: events are recorded on this machine and never sent.
+    Exit status 1 if reporting stays off.
+    """
     from ._userconf import ConfigError, update
 
     app, env = ctx.app, ctx.env
@@ -327,6 +338,9 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_disable(args: argparse.Namespace, ctx: Context) -> int:
+    """Write disable=1 to your config file (other settings and the client id are kept) and
+    delete every queued event, saying how many.
+    """
     from ._userconf import ConfigError, update
 
     status = EXIT_OK
@@ -343,12 +357,14 @@ def cmd_disable(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_purge(args: argparse.Namespace, ctx: Context) -> int:
+    """Delete every queued event and say how many."""
     deleted = _purge(ctx.app, ctx.env)
     _out(f"Deleted {_n(deleted, 'queued event')}.")
     return EXIT_OK
 
 
 def cmd_reset_id(args: argparse.Namespace, ctx: Context) -> int:
+    """Replace the random client id (a uuid4 in your config file) with a new one."""
     from ._userconf import ConfigError, update
 
     new = _hook.uuid4()
@@ -362,6 +378,21 @@ def cmd_reset_id(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_forget(args: argparse.Namespace, ctx: Context) -> int:
+    """Ask the configured collector to delete every event stored under this machine's client
+    id (POST /v1/forget), then replace the id with a new random one. Queued events are deleted
+    first, so none of them leaves the machine. The request follows the flusher's rules: one
+    deadline, verified HTTPS (plain HTTP only to loopback), proxies honoured. It is not sent
+    while reporting is off, unless --send-while-off.
+
+    A collector keeps numbers of closed weeks that hold no client id (its roll-ups): those stay.
+    GA4 and Universal Analytics offer no deletion through the Measurement Protocol: for them the
+    id is replaced and the queue emptied, and the old id is printed for the property's owner, who
+    can delete it with GA4's User Deletion API.
+
+    Exit status 0 when the collector confirmed the deletion (or there is no client id to forget);
+    1 when it did not: the destination cannot delete, the request failed, reporting is off, a
+    flusher kept its lock. After a failed request the id is kept, so that forget can be run again.
+    """
     from . import _forget
     from ._userconf import ConfigError
 
@@ -389,6 +420,15 @@ def _progress_printer(stream: TextIO) -> Callable[[int, int], None]:
 
 
 def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
+    """Send queued events now, in the foreground, ignoring the back-off, and print a summary.
+    Exit status 0 when nothing is left to send (all delivered, nothing queued, or reporting
+    off - which deletes the queue), 1 when something could not be sent. In local mode nothing
+    is sent (and the status is 0): it says so.
+
+    With --dry-run, print exactly the requests a flush would make now, batch by batch
+    (method, URL with secrets redacted, headers, body); send nothing and change nothing.
+    In local mode, the requests that would leave once sending is on.
+    """
     app, env = ctx.app, ctx.env
     _check_readable(app, env)
     if args.dry_run:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -96,11 +97,16 @@ class Command:
     run: Callable[[argparse.Namespace, Context], int]
     """Runs it with the parsed flags (attribute names as argparse derives them: ``dry_run``); the exit status."""
     help: str
-    description: str
-    """Its ``--help`` text; ``{prog}``, ``{name}``, ``{env_disable}`` and ``{env_debug}`` are filled in."""
     options: tuple[Option, ...] = ()
     check: Callable[[argparse.Namespace], str | None] | None = None
     """A usage error in the flags (exit status 2), or ``None``."""
+    description: str = ""
+    """Its ``--help`` text; ``{prog}``, ``{name}``, ``{env_disable}`` and ``{env_debug}`` are filled in. Empty:
+    the docstring of :attr:`run` (the built-in commands describe themselves there, beside their code)."""
+
+    def help_text(self) -> str:
+        """The ``--help`` text, before its ``{...}`` words are filled in."""
+        return self.description or inspect.cleandoc(self.run.__doc__ or "")
 
 
 # --- the table ----------------------------------------------------------------------------------------
@@ -110,41 +116,23 @@ COMMANDS: Final[tuple[Command, ...]] = (
         name="status",
         run=cmd_status,
         help="show whether reporting is on, why, and what is queued",
-        description="Show whether reporting is on and which rule decided it, the mode (opt-out, opt-in or\n"
-        "local), the destination (secrets redacted), the version of the notice you have seen, where the\n"
-        "spool is, how many events are queued and how old the oldest is, how many were dropped, the last\n"
-        "flush and when the next retry may happen.",
         options=(Option(("--json",), "print one JSON object (for scripts)"),),
     ),
     Command(
         name="enable",
         run=cmd_enable,
         help="turn reporting on (your explicit yes), or keep events local",
-        description="Write disable=0 to your config file: your explicit yes. It also turns reporting on in\n"
-        "opt-in mode and in CI. {env_disable}, DO_NOT_TRACK and a system policy that disables\n"
-        "reporting still win. Coming from local mode, it says what is queued and will now be sent.\n"
-        "With --local, write mode=local too: events are recorded on this machine and never sent.\n"
-        "Exit status 1 if reporting stays off.",
         options=(Option(("--local",), "record events on this machine only; never send them"),),
     ),
     Command(
         name="disable",
         run=cmd_disable,
         help="turn reporting off and delete everything queued",
-        description="Write disable=1 to your config file (other settings and the client id are kept) and\n"
-        "delete every queued event, saying how many.",
     ),
     Command(
         name="flush",
         run=cmd_flush,
         help="send queued events now, or show what would be sent",
-        description="Send queued events now, in the foreground, ignoring the back-off, and print a summary.\n"
-        "Exit status 0 when nothing is left to send (all delivered, nothing queued, or reporting\n"
-        "off - which deletes the queue), 1 when something could not be sent. In local mode nothing\n"
-        "is sent (and the status is 0): it says so.\n\n"
-        "With --dry-run, print exactly the requests a flush would make now, batch by batch\n"
-        "(method, URL with secrets redacted, headers, body); send nothing and change nothing.\n"
-        "In local mode, the requests that would leave once sending is on.",
         options=(
             Option(("--dry-run",), "print the requests; send and change nothing"),
             Option(("--json",), "with --dry-run: one JSON object {events, requests, reason, local}"),
@@ -155,30 +143,16 @@ COMMANDS: Final[tuple[Command, ...]] = (
         name="purge",
         run=cmd_purge,
         help="delete every queued event",
-        description="Delete every queued event and say how many.",
     ),
     Command(
         name="reset-id",
         run=cmd_reset_id,
         help="start over with a new random client id",
-        description="Replace the random client id (a uuid4 in your config file) with a new one.",
     ),
     Command(
         name="forget",
         run=cmd_forget,
         help="ask the collector to delete your events, then start over with a new client id",
-        description="Ask the configured collector to delete every event stored under this machine's client\n"
-        "id (POST /v1/forget), then replace the id with a new random one. Queued events are deleted\n"
-        "first, so none of them leaves the machine. The request follows the flusher's rules: one\n"
-        "deadline, verified HTTPS (plain HTTP only to loopback), proxies honoured. It is not sent\n"
-        "while reporting is off, unless --send-while-off.\n\n"
-        "A collector keeps numbers of closed weeks that hold no client id (its roll-ups): those stay.\n"
-        "GA4 and Universal Analytics offer no deletion through the Measurement Protocol: for them the\n"
-        "id is replaced and the queue emptied, and the old id is printed for the property's owner, who\n"
-        "can delete it with GA4's User Deletion API.\n\n"
-        "Exit status 0 when the collector confirmed the deletion (or there is no client id to forget);\n"
-        "1 when it did not: the destination cannot delete, the request failed, reporting is off, a\n"
-        "flusher kept its lock. After a failed request the id is kept, so that forget can be run again.",
         options=(
             Option(
                 ("--send-while-off",),
@@ -222,7 +196,7 @@ def add_commands(
         p = sub.add_parser(
             command.name,
             help=command.help,
-            description=command.description.format(**words),
+            description=command.help_text().format(**words),
             epilog=epilog,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )

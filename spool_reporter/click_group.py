@@ -63,6 +63,6 @@ def _click_command(app: App, command: Command, words: dict[str, str]) -> click.C
         command.name,
         callback=callback,
         params=params,
-        help=command.description.format(**words),
+        help=command.help_text().format(**words),
         short_help=command.help,
     )
