@@ -22,7 +22,8 @@ from ._hook import O_CLOEXEC, App
 __all__ = ["main"]
 
 ALARM_GRACE: Final = 5
-"""...and, on POSIX, by the default action of ``SIGALRM`` this long after it (the last resort)."""
+"""On POSIX, the default action of ``SIGALRM`` ends the process this long after the watchdog should have (the
+last resort, should the interpreter itself hang)."""
 
 EXIT_DEADLINE: Final = 3
 """Exit status of a flusher ended by its watchdog."""
