@@ -12,10 +12,13 @@ sends names a real loopback server instead (``servers.with_destination``).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -116,6 +119,47 @@ class Sandbox:
             if path.exists():
                 lines.extend(line for line in path.read_bytes().split(b"\n") if line.strip())
         return lines
+
+
+# --- an unprivileged user, for tests of file permissions ------------------------------------------------
+
+AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
+
+
+def _nobody_can_run_python() -> bool:
+    """Root with setpriv, and an interpreter (with this package) that an unprivileged user can start: a pyenv
+    build under /root may load its libpython from a folder only root can enter."""
+    if not (sys.platform.startswith("linux") and os.geteuid() == 0 and shutil.which("setpriv")):
+        return False
+    env = {**os.environ, "PYTHONPATH": str(REPO)} if PACKAGE_FROM_CHECKOUT else None
+    probe = subprocess.run(
+        [*AS_NOBODY, sys.executable, "-c", "import spool_reporter"],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    return probe.returncode == 0
+
+
+ROOT_WITH_SETPRIV = _nobody_can_run_python()
+"""Tests of file permissions run their commands as ``nobody`` (:data:`AS_NOBODY`): root ignores file modes, so
+a test run as root could pass for the wrong reason."""
+
+
+@pytest.fixture
+def nobody_sandbox() -> Iterator[Sandbox]:
+    """A sandbox that the unprivileged user ``nobody`` owns (root ignores file modes, so these run as nobody)."""
+    root = Path(tempfile.mkdtemp(prefix="spool-nobody-"))
+    try:
+        root.chmod(0o755)
+        sb = Sandbox(root)
+        yield sb
+    finally:
+        for path in [root, *root.rglob("*")]:
+            if path.is_dir() and not path.is_symlink():
+                path.chmod(0o700)
+        shutil.rmtree(root)
 
 
 @pytest.fixture

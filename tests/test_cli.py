@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PACKAGE_FROM_CHECKOUT, Sandbox
+from conftest import AS_NOBODY, PACKAGE_FROM_CHECKOUT, ROOT_WITH_SETPRIV, Sandbox
 
 from spool_reporter import App, __version__, record
 from spool_reporter._hook import Folder
@@ -341,35 +338,6 @@ def test_head_of_a_pipeline(sandbox: Sandbox, app: App) -> None:
 
 
 # --- an unreadable spool folder, as an unprivileged user (issue 16, item 2) ----------------------------
-
-AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
-
-
-def _nobody_can_run_python() -> bool:
-    """Root with setpriv, and an interpreter an unprivileged user can start (a pyenv build under /root may
-    load its libpython from a folder only root can enter)."""
-    if not (sys.platform.startswith("linux") and os.geteuid() == 0 and shutil.which("setpriv")):
-        return False
-    probe = subprocess.run([*AS_NOBODY, *spool_command(), "--version"], capture_output=True, timeout=60, check=False)
-    return probe.returncode == 0
-
-
-ROOT_WITH_SETPRIV = _nobody_can_run_python()
-
-
-@pytest.fixture
-def nobody_sandbox() -> Iterator[Sandbox]:
-    """A sandbox that the unprivileged user ``nobody`` owns (root ignores file modes, so these run as nobody)."""
-    root = Path(tempfile.mkdtemp(prefix="spool-nobody-"))
-    try:
-        root.chmod(0o755)
-        sb = Sandbox(root)
-        yield sb
-    finally:
-        for path in [root, *root.rglob("*")]:
-            if path.is_dir() and not path.is_symlink():
-                path.chmod(0o700)
-        shutil.rmtree(root)
 
 
 @pytest.mark.skipif(not ROOT_WITH_SETPRIV, reason="needs root, setpriv and a Python the unprivileged user can run")

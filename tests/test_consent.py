@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import AS_NOBODY, ROOT_WITH_SETPRIV
 
 from spool_reporter import App, decide
 from spool_reporter._consent import explain
@@ -212,11 +214,37 @@ def test_fifo_does_not_block_and_counts_as_off(app: App, sandbox: Sandbox) -> No
     assert decide(app, sandbox.env) == d(False, "user:unreadable")
 
 
-@pytest.mark.skipif(sys.platform == "win32" or os.geteuid() == 0, reason="root reads anything")
-def test_unreadable_file_counts_as_off(app: App, sandbox: Sandbox) -> None:
-    path = sandbox.write_user(app, "disable=0\n")
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")
+def test_unreadable_file_counts_as_off(app: App, sandbox: Sandbox, nobody_sandbox: Sandbox) -> None:
+    if os.geteuid() != 0:
+        path = sandbox.write_user(app, "disable=0\n")
+        path.chmod(0)
+        assert decide(app, sandbox.env) == d(False, "user:unreadable")
+        return
+    # Root reads any file whatever its mode: decide as the unprivileged user who owns the home.
+    if not ROOT_WITH_SETPRIV:
+        pytest.skip("as root, needs setpriv and a Python the unprivileged user can run")
+    sb = nobody_sandbox
+    code = "from spool_reporter import decide\nfrom spool_reporter._hook import django_app\n"
+    code += "print(decide(django_app('5.2')).reason)"
+
+    def reason() -> str:
+        done = subprocess.run(
+            [*AS_NOBODY, sys.executable, "-c", code],
+            env=sb.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done
+        return done.stdout.strip()
+
+    path = sb.write_user(app, "disable=0\n")
+    subprocess.run(["chown", "-R", "nobody:nogroup", str(sb.home)], check=True, timeout=30)
+    assert reason() == "user:enable"  # readable: the file decides
     path.chmod(0)
-    assert decide(app, sandbox.env) == d(False, "user:unreadable")
+    assert reason() == "user:unreadable"
 
 
 def test_unreadable_file_via_eacces_counts_as_off(tmp_path: Path) -> None:
