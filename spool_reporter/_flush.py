@@ -367,7 +367,7 @@ def _inherited_lock(env: Mapping[str, str], folder: _hook.Folder) -> int | None:
 def _run_locked(job: _Run, *, ignore_backoff: bool) -> FlushResult:
     folder, tune = job.folder, job.tune
     if not ignore_backoff:
-        gate = _state.gate_time(folder)
+        gate = _hook.mtime(folder, GATE_NAME)
         if gate is not None and _hook.backing_off(gate, now()):
             return FlushResult(
                 outcome="failed",

@@ -246,13 +246,13 @@ def _replace(app: App, env: Mapping[str, str]) -> str:
 
 
 def _purge(path: str) -> int:
-    """The purge, waiting for the spool lock as the flusher does; 0 if it stays busy (the hook holds it for
-    microseconds, a flusher for a rename: only a stuck process keeps it) or the folder cannot be used."""
-    from . import _files, _flush, _hook, _spool
+    """The flusher's purge (under the spool lock); 0 if the lock stays busy (the hook holds it for microseconds,
+    a flusher for a rename: only a stuck process keeps it)."""
+    from . import _files, _flush
 
     try:
-        return _spool.purge_folder(path, wait=_flush.SPOOL_LOCK_TIMEOUT)
-    except (_files.LockTimeout, NotADirectoryError, _hook.SpoolError):
+        return _flush._purge(path)
+    except _files.LockTimeout:
         return 0
 
 

@@ -1222,7 +1222,7 @@ def _interval(env: "Mapping[str, str]") -> "float":
     return SPAWN_INTERVAL
 
 
-def _mtime(folder: "Folder", name: "str") -> "float | None":
+def mtime(folder: "Folder", name: "str") -> "float | None":
     # A regular file's mtime; anything else planted at the name means "no time" (the flusher replaces it).
     try:
         st = folder.lstat(name)
@@ -1246,9 +1246,9 @@ def gate_open(
     folder: "Folder", active_size: "int", *, long_lived: "bool", env: "Mapping[str, str]", now: "float"
 ) -> "bool":
     # Steps 2-3 above: back-off expired, interval passed (or not needed).
-    if backing_off(_mtime(folder, GATE_NAME), now):
+    if backing_off(mtime(folder, GATE_NAME), now):
         return False
-    stamp = _mtime(folder, STAMP_NAME)
+    stamp = mtime(folder, STAMP_NAME)
     # A stamp in the future (the clock was set back) counts as expired rather than blocking for long.
     if stamp is not None and stamp <= now + 60:
         interval = _interval(env)

@@ -37,6 +37,9 @@ LOG_NAME: Final = "flush.log"
 
 LOG_OLD_NAME: Final = "flush.log.1"
 
+MAX_STATE_BYTES: Final = 4096
+"""``state.json`` is read up to this size (ours is under 300 bytes): anything longer is damage, parsed as empty."""
+
 LOG_FILE_BYTES: Final = 32 * 1024
 """``flush.log`` is rotated to ``flush.log.1`` at this size: both together stay under 64 KiB."""
 
@@ -68,20 +71,26 @@ class FlushState:
     """The last lines of the flusher's log, oldest first."""
 
 
-def read_small(folder: Folder, name: str, limit: int) -> bytes | None:
+def _parse(raw: bytes | None) -> dict[str, object]:
+    """``state.json``'s contents as a mapping; empty for a missing, damaged or hostile file."""
     try:
-        return _spool.read_bytes(folder, name, limit)
-    except OSError:
-        return None
-
-
-def load_state(folder: Folder) -> dict[str, object]:
-    data = read_small(folder, STATE_NAME, 4096)
-    try:
-        state = json.loads(data) if data else {}
+        state = json.loads(raw) if raw else {}
     except ValueError:
         return {}
     return state if isinstance(state, dict) else {}
+
+
+def _failures(state: dict[str, object]) -> int:
+    failures = state.get("consecutive_failures")
+    return failures if isinstance(failures, int) and failures >= 0 else 0
+
+
+def load_state(folder: Folder) -> dict[str, object]:
+    """The flusher's own reading of ``state.json`` (its folder open for writing)."""
+    try:
+        return _parse(_spool.read_bytes(folder, STATE_NAME, MAX_STATE_BYTES))
+    except OSError:
+        return {}
 
 
 def log(folder: Folder, line: str) -> None:
@@ -100,17 +109,6 @@ def log(folder: Folder, line: str) -> None:
             os.close(fd)
     except OSError:
         pass
-
-
-def gate_time(folder: Folder) -> float | None:
-    """The back-off time on disk (``flush.notbefore``'s mtime), if a regular file holds it."""
-    import stat
-
-    try:
-        st = folder.lstat(GATE_NAME)
-    except OSError:
-        return None
-    return st.st_mtime if stat.S_ISREG(st.st_mode) else None
 
 
 def backoff_delay(failures: int, retry_after: float | None, tune: _settings.Tuning) -> float:
@@ -137,10 +135,8 @@ def record_outcome(
     sent: int,
 ) -> float | None:
     """Write ``state.json`` and the back-off gate after a run; returns the next retry time on failure."""
-    state = load_state(folder)
+    failures = _failures(load_state(folder))
     when = now()
-    failures = state.get("consecutive_failures")
-    failures = failures if isinstance(failures, int) and failures >= 0 else 0
     next_retry: float | None = None
     if outcome == "failed":
         failures += 1
@@ -166,15 +162,9 @@ def record_outcome(
 def read_state(app: App, *, environ: Mapping[str, str] | None = None) -> FlushState:
     """The flusher's record for ``status``: last run, back-off and log tail. Reads only; never raises."""
     with _files.ReadOnlyFolder(_hook.state_dir(app, environ)) as folder:
-        raw = folder.read(STATE_NAME, 4096)
-        log = folder.read(LOG_OLD_NAME, LOG_FILE_BYTES) + folder.read(LOG_NAME, LOG_FILE_BYTES)
-    try:
-        state = json.loads(raw or b"{}")
-    except ValueError:
-        state = {}
-    if not isinstance(state, dict):
-        state = {}
-    tail = tuple(line for line in log.decode("ascii", "replace").splitlines() if line.strip())[-LOG_TAIL_LINES:]
+        state = _parse(folder.read(STATE_NAME, MAX_STATE_BYTES))
+        logged = folder.read(LOG_OLD_NAME, LOG_FILE_BYTES) + folder.read(LOG_NAME, LOG_FILE_BYTES)
+    tail = tuple(line for line in logged.decode("ascii", "replace").splitlines() if line.strip())[-LOG_TAIL_LINES:]
 
     def num(key: str) -> float | None:
         value = state.get(key)
@@ -184,7 +174,6 @@ def read_state(app: App, *, environ: Mapping[str, str] | None = None) -> FlushSt
         value = state.get(key)
         return value[:500] if isinstance(value, str) else None
 
-    failures = state.get("consecutive_failures")
     next_retry = num("next_retry")
     if next_retry is not None and next_retry > now() + _hook.MAX_BACKOFF:
         next_retry = None  # further ahead than any back-off (a wrong clock): the gate counts it as expired
@@ -193,6 +182,6 @@ def read_state(app: App, *, environ: Mapping[str, str] | None = None) -> FlushSt
         last_result=text("last_result"),
         last_error=text("last_error"),
         next_retry=next_retry,
-        consecutive_failures=failures if isinstance(failures, int) and failures >= 0 else 0,
+        consecutive_failures=_failures(state),
         log_tail=tail,
     )
