@@ -149,14 +149,13 @@ def test_reading_commands_import_neither_the_sender_nor_the_collector_server(
     # `status` reads one JSON file and counts a folder: the flusher, urllib3 and the collector's server (whose
     # commands the parser lists) stay unimported.
     queue(sandbox, app, 2)
-    code = (
-        f"import sys\nfrom spool_reporter.cli import main\nmain({args!r})\nprint(sorted(sys.modules), file=sys.stderr)"
-    )
+    code = f"import json, sys\nfrom spool_reporter.cli import main\nmain({args!r})\n"
+    code += "print(json.dumps(sorted(sys.modules)), file=sys.stderr)"
     done = subprocess.run(
         [sys.executable, "-c", code], env=sandbox.env, capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done
-    loaded = set(eval(done.stderr.strip().splitlines()[-1]))
+    loaded = set(json.loads(done.stderr.strip().splitlines()[-1]))
     server = {"spool_reporter.collector._server", "spool_reporter.collector._wsgi", "http.server"}
     assert not loaded & {*absent, *server}, sorted(loaded & {*absent, *server})
 
