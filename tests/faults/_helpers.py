@@ -476,6 +476,13 @@ def users_root() -> Iterator[Path]:
     with ``setpriv``."""
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         pytest.skip("needs root and setpriv to run as other users")
+    from conftest import PACKAGE_FROM_CHECKOUT, REPO
+
+    env = {"PATH": os.environ.get("PATH", ""), **({"PYTHONPATH": str(REPO)} if PACKAGE_FROM_CHECKOUT else {})}
+    probe = [*as_user(VICTIM), sys.executable, "-c", "import spool_reporter"]
+    if subprocess.run(probe, env=env, capture_output=True, timeout=60, check=False).returncode != 0:
+        why = "a folder on the way is root's alone"
+        pytest.skip(f"the unprivileged user cannot import spool_reporter with {sys.executable} ({why})")
     root = Path(tempfile.mkdtemp(prefix="spool-faults-users-"))
     root.chmod(0o755)
     try:
