@@ -3,11 +3,12 @@ GA4-shaped payloads), judges each event on its own, and stores no IP address.
 
 Public API (everything else in this package is private)::
 
-    make_app(db, *, forward=None, policy=None, limits=None, min_count=None, retention=None) -> Collector  # WSGI
+    make_app(db, *, forward=None, policy=None, limits=None, publishing=None, retention=None) -> Collector  # WSGI
     serve(db, *, host="127.0.0.1", port=0, ...) -> CollectorServer           # embedded server, bound
-    stats(db, *, app="Django") -> Stats                 # distinct developers per ISO week (all of them)
-    publish(stats, *, min_count=10) -> Published        # the same with small groups merged or withheld
-    render_html(stats_or_published) -> str              # the self-contained page (GET / serves it)
+    stats(db, *, app="Django") -> Stats                 # distinct developers per ISO week (exact: the operator's)
+    public(db, *, publishing=None) -> dict              # what GET /v1/stats serves: the stored releases
+    Publishing(epsilon=1.0, app="Django", min_count=10, licence="CC-BY-4.0")  # what is released, and how shown
+    render_html(stats) -> str                           # the operator's page (collector stats --html)
     open_store(db, *, create=True, limits=None) -> Store  # the database: a SQLite path or a postgresql:// URL
     Policy(commands=..., max_age=...)                   # what is accepted (applications, commands, time window)
     Limits(per_client_week=1000)                        # what is kept
@@ -28,9 +29,9 @@ event is judged on its own; a well-formed batch is answered ``200 {"accepted": n
 "rejected": r}`` once it is durable. ``400`` with a short reason for a body that is not a batch; ``413``
 for a body over the cap; ``411`` without a length; ``415`` for another content type or a content encoding;
 ``503`` with ``Retry-After`` when the database is busy or unreachable. ``GET /v1/health`` answers
-``{"ok": true}``. ``GET /`` is the public page and ``GET /v1/stats`` its JSON
-(``publish(stats(db), min_count=...).as_dict()``): no published number counts fewer than ``min_count``
-developers. ``POST /v1/forget`` with ``{"client_id": "<uuid4>"}`` deletes that id's stored events and
+``{"ok": true}``. ``GET /`` is the public page and ``GET /v1/stats`` its JSON (``public(db)``), with
+``GET /v1/releases.json`` and ``GET /v1/releases.csv`` as downloads: every public number is a stored release,
+made once with differential privacy (``docs/collector.md``). ``POST /v1/forget`` with ``{"client_id": "<uuid4>"}`` deletes that id's stored events and
 answers ``{"deleted": n}``.
 
 ``POST /mp/collect`` (:data:`GA4_PATH`) takes exactly what the ``ga4`` transport sends, so a client
@@ -47,7 +48,8 @@ if TYPE_CHECKING:
     from typing import Final
 
     from ._forward import GA4Forwarder
-    from ._public import MIN_COUNT, Published, publish
+    from ._public import MIN_COUNT
+    from ._release import Publishing
     from ._report import render_html
     from ._server import CollectorServer
     from ._stats import Stats, Week
@@ -70,7 +72,7 @@ __all__ = [
     "GA4Forwarder",
     "Limits",
     "Policy",
-    "Published",
+    "Publishing",
     "Retention",
     "Stats",
     "Store",
@@ -78,7 +80,7 @@ __all__ = [
     "Week",
     "make_app",
     "open_store",
-    "publish",
+    "public",
     "render_html",
     "serve",
     "stats",
@@ -98,14 +100,13 @@ _HOMES: Final = {
     "GA4Forwarder": "_forward",
     "Limits": "_store",
     "Policy": "_wire",
-    "Published": "_public",
+    "Publishing": "_release",
     "Retention": "_store",
     "Stats": "_stats",
     "Store": "_store",
     "Unavailable": "_store",
     "Week": "_stats",
     "open_store": "_store",
-    "publish": "_public",
     "render_html": "_report",
     "stats": "_stats.compute",
 }
@@ -137,6 +138,7 @@ def make_app(
     limits: Limits | None = None,
     min_count: int | None = None,
     retention: Retention | None = None,
+    publishing: Publishing | None = None,
 ) -> Collector:
     """The collector as a WSGI application storing into ``db`` (a SQLite path, created if missing, or a
     ``postgresql://`` URL; the schema is created or migrated either way).
@@ -144,24 +146,30 @@ def make_app(
     :param forward: an optional forwarder (:class:`GA4Forwarder`) that receives every newly stored event.
     :param policy: what is accepted (:class:`Policy`: applications and their commands, the time window).
     :param limits: what is kept (:class:`Limits`: events per client id per week).
-    :param min_count: the fewest developers a number at ``GET /`` and ``GET /v1/stats`` may count (default:
-        :data:`MIN_COUNT`, 10).
+    :param min_count: the display threshold of the public numbers: a released count below it is shown as
+        "fewer than N" (default: ``publishing``'s, :data:`MIN_COUNT`, 10).
     :param retention: how long raw events are kept, and how often ingest starts a roll-up (:class:`Retention`).
+    :param publishing: what is released publicly and how (:class:`Publishing`: ε, the application, the
+        licence).
     :raises CollectorError: the database cannot be opened (one line saying why), or the retention is shorter
         than the maximum event age plus a week.
     """
-    from ._public import MIN_COUNT, check_min_count
+    from ._public import check_min_count
+    from ._release import Publishing, check_epsilon
     from ._rollup import check_retention
     from ._store import Retention, open_store
     from ._wire import Policy
     from ._wsgi import Collector
 
-    min_count = MIN_COUNT if min_count is None else min_count
-    check_min_count(min_count)  # before the store opens the database
+    publishing = publishing or Publishing()
+    if min_count is not None:
+        publishing = publishing._replace(min_count=min_count)
+    check_min_count(publishing.min_count)  # before the store opens the database
+    check_epsilon(publishing.epsilon)
     check_retention(retention or Retention(), (policy or Policy()).max_age)
     store = open_store(db, limits=limits)
     try:
-        return Collector(store, forward=forward, policy=policy, min_count=min_count, retention=retention)
+        return Collector(store, forward=forward, policy=policy, publishing=publishing, retention=retention)
     except BaseException:
         store.close()
         raise
@@ -177,6 +185,7 @@ def serve(
     limits: Limits | None = None,
     min_count: int | None = None,
     retention: Retention | None = None,
+    publishing: Publishing | None = None,
 ) -> CollectorServer:
     """A bound embedded server for :func:`make_app` (``port=0``: a free port, see ``.port`` and ``.url``).
 
@@ -184,9 +193,35 @@ def serve(
     """
     from ._server import CollectorServer
 
-    app = make_app(db, forward=forward, policy=policy, limits=limits, min_count=min_count, retention=retention)
+    app = make_app(
+        db,
+        forward=forward,
+        policy=policy,
+        limits=limits,
+        min_count=min_count,
+        retention=retention,
+        publishing=publishing,
+    )
     try:
         return CollectorServer(app, host=host, port=port)
     except BaseException:
         app.store.close()
         raise
+
+
+def public(db: str | os.PathLike[str] | Store, *, publishing: Publishing | None = None) -> dict[str, object]:
+    """The public document (what ``GET /v1/stats`` serves) of the releases stored in ``db``: nothing is counted.
+
+    :raises CollectorError: the database does not exist or cannot be read.
+    """
+    from ._public import document
+    from ._release import Publishing
+    from ._store import Store, open_store
+
+    publishing = publishing or Publishing()
+    store = db if isinstance(db, Store) else open_store(db, create=False)
+    try:
+        return document(store.releases(publishing.app), publishing)
+    finally:
+        if store is not db:
+            store.close()

@@ -20,9 +20,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from types import FrameType
-    from typing import Final
+    from typing import Any, Final
 
-    from ._public import Published
+    from ._release import Publishing
     from ._stats import Stats
 
 DEFAULT_PORT: Final = 8765
@@ -74,6 +74,22 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
             default=DEFAULT_MAX_AGE_DAYS,
             metavar="DAYS",
             help=f"{what} (default: %(default)g)",
+        )
+
+    def add_publishing(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--epsilon",
+            type=_epsilon,
+            default=1.0,  # _release.EPSILON, not imported here (see --min-count)
+            metavar="EPS",
+            help="the privacy budget of the public releases, per developer: for each week (its provisional and "
+            "final releases together), and for each month, quarter and year (default: %(default)g)",
+        )
+        parser.add_argument(
+            "--data-license",
+            default="CC-BY-4.0",  # _release.LICENCE
+            metavar="LICENCE",
+            help="the licence the public numbers and their downloads state (default: %(default)s)",
         )
 
     def add_retain(parser: argparse.ArgumentParser) -> None:
@@ -136,9 +152,10 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=_min_count,
         default=10,  # _public.MIN_COUNT, not imported here: it would load the store for every django-spool command
         metavar="N",
-        help="the public page (GET /) and GET /v1/stats publish no number that counts fewer than N distinct "
-        "developers; smaller groups are merged into 'other' or not shown (default: %(default)s)",
+        help="the display threshold of the public numbers: a released count below N is shown as 'fewer than N' "
+        "(default: %(default)s)",
     )
+    add_publishing(serve)
 
     stats = _command(
         commands,
@@ -154,20 +171,25 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--html",
         type=Path,
         metavar="FILE",
-        help="also write the page that GET / serves, as one self-contained file: with the full numbers, "
-        "unless --min-count is given",
+        help="also write the page as one self-contained file: the operator's page with the full numbers, or with "
+        "--public the page GET / serves",
+    )
+    stats.add_argument(
+        "--public",
+        action="store_true",
+        help="show exactly what has been released publicly (GET /, GET /v1/stats and the downloads serve only "
+        "these stored releases), instead of the exact numbers, which are for the operator only",
     )
     stats.add_argument(
         "--min-count",
         type=_min_count,
-        default=None,
+        default=10,
         metavar="N",
-        help="apply the public threshold to the text, --json and --html: show exactly what GET / and "
-        "GET /v1/stats publish with --min-count N (default: the full numbers, for the operator only)",
+        help="with --public: the display threshold, as serve's (default: %(default)s)",
     )
     stats.add_argument("--app", default="Django", help="the application to report (default: %(default)s)")
 
-    _command(
+    migrate = _command(
         commands,
         "migrate",
         cmd_migrate,
@@ -176,6 +198,13 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description="Create the collector's tables in the database, or migrate an older schema, and print the "
         "schema version. serve and the WSGI application do the same when they start; run this once before "
         "starting several of them, or to check a database.",
+    )
+    migrate.add_argument(
+        "--first-week",
+        type=_first_week,
+        metavar="WEEK",
+        help="the first ISO week (2026-W49) whose numbers are released publicly: by default the week the database "
+        "was created; never chosen from the data, so that when publishing starts says nothing about anyone",
     )
     rollup = _command(
         commands,
@@ -191,6 +220,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     add_max_age(rollup, "the collectors' maximum event age: weeks that ended longer ago are closed")
     add_retain(rollup)
+    add_publishing(rollup)
 
 
 def _command(
@@ -216,6 +246,30 @@ def _min_count(text: str) -> int:
         return parse_min_count(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _epsilon(text: str) -> float:
+    from ._release import parse_epsilon
+
+    try:
+        return parse_epsilon(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _first_week(text: str) -> str:
+    from ._release import first_week_of
+
+    try:
+        return first_week_of(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _publishing(args: argparse.Namespace) -> Publishing:
+    from ._release import Publishing
+
+    return Publishing(epsilon=args.epsilon, min_count=args.min_count, licence=args.data_license)
 
 
 def _db(args: argparse.Namespace, command: str) -> str | None:
@@ -265,7 +319,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             forward=forward,
             policy=accept,
             limits=keep,
-            min_count=args.min_count,
+            publishing=_publishing(args),
             retention=retain,
         )
     except CollectorError as exc:
@@ -330,6 +384,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         try:
             after = store.schema_version()
             where = store.display
+            if args.first_week:
+                store.set_first_week(args.first_week)
+            first = store.first_week()
         finally:
             store.close()
     except CollectorError as exc:
@@ -341,6 +398,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         print(f"{where}: created, schema {after}")
     else:
         print(f"{where}: migrated from schema {before} to {after}")
+    print(f"public releases start with week {first}")
     return 0
 
 
@@ -349,6 +407,7 @@ def cmd_rollup(args: argparse.Namespace) -> int:
 
     from . import CollectorError, open_store
     from ._config import policy, retention
+    from ._release import Publishing
     from ._rollup import rollup
 
     db = _db(args, "rollup")
@@ -363,7 +422,8 @@ def cmd_rollup(args: argparse.Namespace) -> int:
     try:
         store = open_store(db, create=True)  # the roll-up tables are schema 3: migrate an older database
         try:
-            done = rollup(store, now=time.time(), max_age=accept.max_age, retention=keep)
+            publishing = Publishing(epsilon=args.epsilon, licence=args.data_license)
+            done = rollup(store, now=time.time(), max_age=accept.max_age, retention=keep, publishing=publishing)
             where = store.display
         finally:
             store.close()
@@ -379,6 +439,12 @@ def cmd_rollup(args: argparse.Namespace) -> int:
         f"{where}: closed through {closed}; {_n(len(done.rolled), 'week')} rolled up{rolled}; "
         f"{_n(done.deleted, 'event')} older than {args.retain_days:g} days deleted"
     )
+    if done.released:
+        names = ", ".join(f"{r.period} {r.kind}" for r in done.released)
+        print(f"released publicly: {names}")
+    if done.release_error:
+        print(f"collector rollup: no public release made: {done.release_error}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -405,23 +471,48 @@ def _n(count: int, word: str) -> str:
     return f"{count} {plural(count, word)}"
 
 
-def _text(stats: Stats | Published, db: str) -> str:
+def _public_text(doc: dict[str, Any]) -> str:
+    """The released numbers as text: estimate ± margin per period, "<N" below the display threshold."""
+
+    def show(number: dict[str, int]) -> str:
+        if "fewer_than" in number:
+            return f"<{number['fewer_than']}"
+        return str(number["estimate"])
+
+    lines = [
+        f"{doc['app']}: released with differential privacy, epsilon {doc['epsilon']:g} per developer per period; "
+        f"licence {doc['licence']}"
+    ]
+    for _unit, key in (("week", "weeks"), ("month", "months"), ("quarter", "quarters"), ("year", "years")):
+        items = doc[key]
+        if not items:
+            continue
+        lines.append(f"{key}:")
+        for item in items:
+            name = item[key[:-1]]
+            line = f"  {name}  {item['release']:<11}  {show(item['developers'])} developers (±{item['margin']})"
+            if key == "weeks":
+                for breakdown in ("by_django", "by_python", "by_os"):
+                    shown = [f"{v}: {show(n)}" for v, n in item[breakdown].items() if "fewer_than" not in n]
+                    line += f"; {', '.join(shown) or '-'}"
+            lines.append(line)
+    if len(lines) == 1:
+        lines.append("nothing released yet: a week is released once it has ended (see the self-hosting docs)")
+    return "\n".join(lines)
+
+
+def _text(stats: Stats, db: str) -> str:
     weeks = len(stats.weeks)
-    if stats.developers is None:  # the public numbers, which have no all-time count (rule 7 of _public.py)
-        head = f"{stats.app}: {_n(weeks, 'week')} published, no number under {_n(stats.min_count, 'developer')} ({db})"
-    else:
-        head = (
-            f"{stats.app}: {_n(stats.developers, 'developer')}, {_n(stats.events, 'event')}, "
-            f"{_n(weeks, 'week')} with events ({db})"
-        )
+    head = (
+        f"{stats.app}: {_n(stats.developers, 'developer')}, {_n(stats.events, 'event')}, "
+        f"{_n(weeks, 'week')} with events ({db})"
+    )
     lines = [head]
     if not stats.weeks:
         return lines[0]
 
-    empty = "withheld" if stats.developers is None else "-"  # a published week's breakdown is empty if withheld
-
     def fmt(counts: dict[str, int]) -> str:
-        return ", ".join(f"{name}: {n}" for name, n in counts.items()) or empty
+        return ", ".join(f"{name}: {n}" for name, n in counts.items()) or "-"
 
     rows = [("week", "developers", "events", stats.app, "Python", "OS")]
     rows += [
@@ -450,12 +541,30 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from . import CollectorError, open_store, publish, render_html, stats
+    from . import CollectorError, open_store, public, render_html, stats
+    from ._release import Publishing
+    from ._report import render_public
     from ._stats import apps
 
     db = _db(args, "stats")
     if db is None:
         return 2
+    if args.public:
+        try:
+            doc = public(db, publishing=Publishing(app=args.app, min_count=args.min_count))
+        except CollectorError as exc:
+            print(f"collector stats: {exc}", file=sys.stderr)
+            return 1
+        if args.html is not None:
+            try:
+                _write_atomic(args.html, render_public(doc))
+            except OSError as exc:
+                print(f"collector stats: cannot write {args.html}: {exc}", file=sys.stderr)
+                return 1
+        print(json.dumps(doc, indent=2, ensure_ascii=False) if args.json else _public_text(doc))
+        if args.html is not None and not args.json:
+            print(f"page written to {args.html}")
+        return 0
     try:
         store = open_store(db, create=False)
         try:
@@ -467,7 +576,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     except CollectorError as exc:
         print(f"collector stats: {exc}", file=sys.stderr)
         return 1
-    result = full if args.min_count is None else publish(full, min_count=args.min_count)
+    result = full
     if args.html is not None:
         try:
             _write_atomic(args.html, render_html(result))
@@ -481,7 +590,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         if others:
             names = ", ".join(f"{name} ({_n(n, 'event')})" for name, n in others.items())
             print(f"other applications in this database: {names}; choose one with --app")
-        if result is full and full.refused:  # the operator's numbers; the public ones have no refusals
+        if full.refused:
             total = sum(sum(r.values()) for r in full.refused.values())
             print(f"refused: {_n(total, 'event')}")
             for week, reasons in full.refused.items():

@@ -6,8 +6,12 @@
   (default 1000, ``0`` for no cap);
 - ``SPOOL_REPORTER_COLLECTOR_COMMANDS`` / ``--commands APP=CMD,CMD`` (repeated): more applications and their
   event names, ``*`` for any valid name (Django's three commands are accepted unless replaced);
-- ``SPOOL_REPORTER_COLLECTOR_MIN_COUNT`` / ``--min-count``: the fewest distinct developers a public number
-  may count (default 10, :mod:`._public`);
+- ``SPOOL_REPORTER_COLLECTOR_MIN_COUNT`` / ``--min-count``: the display threshold of the public numbers: a
+  released count below it is shown as "fewer than N" (default 10, :mod:`._public`);
+- ``SPOOL_REPORTER_COLLECTOR_EPSILON`` / ``--epsilon``: the privacy budget of the public releases per developer
+  per week, and per month, quarter and year (default 1, :mod:`._release`);
+- ``SPOOL_REPORTER_COLLECTOR_DATA_LICENSE`` / ``--data-license``: the licence the public numbers are published
+  under (default ``CC-BY-4.0``);
 - ``SPOOL_REPORTER_COLLECTOR_RETAIN_DAYS`` / ``--retain-days``: how long raw events are kept (default 400;
   at least a week more than the maximum event age, :mod:`._rollup`);
 - ``SPOOL_REPORTER_COLLECTOR_ROLLUP_EVERY`` / ``--rollup-every``: seconds between two roll-ups started by
@@ -21,6 +25,7 @@ from __future__ import annotations
 from spool_reporter._event import MAX_FUTURE_SECONDS, check
 
 from ._public import MIN_COUNT, MIN_COUNT_VARIABLE, parse_min_count
+from ._release import EPSILON, LICENCE, Publishing, parse_epsilon
 from ._rollup import check_retention
 from ._store import DEFAULT_MAX_AGE_DAYS, CollectorError, Limits, Retention
 from ._wire import ANY_COMMAND, DEFAULT_COMMANDS, Policy
@@ -38,6 +43,8 @@ CAP_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_CLIENT_CAP"
 COMMANDS_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_COMMANDS"
 RETAIN_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_RETAIN_DAYS"
 ROLLUP_EVERY_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_ROLLUP_EVERY"
+EPSILON_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_EPSILON"
+LICENCE_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_DATA_LICENSE"
 
 MAX_AGE_DAYS_LIMIT: Final = 3660
 """The largest ``--max-age-days`` (ten years): anything more is a typo."""
@@ -125,7 +132,7 @@ class Settings(NamedTuple):
     db: str
     policy: Policy
     limits: Limits
-    min_count: int
+    publishing: Publishing
     retention: Retention
 
 
@@ -141,12 +148,18 @@ def from_environ(env: Mapping[str, str]) -> Settings:
     except ValueError as exc:
         msg = f"{MIN_COUNT_VARIABLE}: {exc}"
         raise CollectorError(msg) from None
+    try:
+        epsilon = parse_epsilon(env.get(EPSILON_VARIABLE, "").strip() or str(EPSILON))
+    except ValueError as exc:
+        msg = f"{EPSILON_VARIABLE}: {exc}"
+        raise CollectorError(msg) from None
+    licence = env.get(LICENCE_VARIABLE, "").strip() or LICENCE
     max_age_days = _number(env, MAX_AGE_VARIABLE, DEFAULT_MAX_AGE_DAYS, float)
     return Settings(
         db=db,
         policy=policy(max_age_days=max_age_days, commands=commands),
         limits=limits(per_client_week=int(_number(env, CAP_VARIABLE, Limits().per_client_week, int))),
-        min_count=min_count,
+        publishing=Publishing(epsilon=epsilon, min_count=min_count, licence=licence),
         retention=retention(
             retain_days=_number(env, RETAIN_VARIABLE, Retention().retain_days, float),
             rollup_every=_number(env, ROLLUP_EVERY_VARIABLE, Retention().rollup_every, float),

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
     import psycopg
 
-    from ._store import RollupCells, RollupTotals, Row
+    from ._store import Release, RollupCells, RollupTotals, Row
 
     _T = TypeVar("_T")
 
@@ -115,6 +115,17 @@ MIGRATIONS: Final = {
         ' rolled_through text COLLATE "C" NOT NULL)',
         "INSERT INTO rollup_state (id, closed_through, rolled_through) VALUES (1, '', '') ON CONFLICT DO NOTHING",
     ),
+    4: (
+        # The day of an event, never its second (._store); new rows are cut by the insert itself.
+        "UPDATE events SET time = left(time, 10) WHERE length(time) > 10",
+        "CREATE TABLE IF NOT EXISTS releases ("
+        ' app text NOT NULL, period text COLLATE "C" NOT NULL, kind text NOT NULL, made text NOT NULL,'
+        " epsilon double precision NOT NULL, body text NOT NULL, PRIMARY KEY (app, period, kind))",
+        "CREATE TABLE IF NOT EXISTS release_state ("
+        ' id integer PRIMARY KEY CHECK (id = 1), first_week text COLLATE "C" NOT NULL)',
+        # '' is replaced by the week of the migration, in the same transaction.
+        "INSERT INTO release_state (id, first_week) VALUES (1, '') ON CONFLICT DO NOTHING",
+    ),
 }
 """Schema version -> the statements that reach it from the one before."""
 assert max(MIGRATIONS) == SCHEMA_VERSION
@@ -125,7 +136,8 @@ assert max(MIGRATIONS) == SCHEMA_VERSION
 _PAIRS: Final = "unnest(string_to_array(%s, ','), string_to_array(%s, ','))"
 _INSERT: Final = (
     f"INSERT INTO events ({', '.join(COLUMNS)}) "  # noqa: S608 - fixed names
-    f"SELECT {', '.join(COLUMNS)} FROM json_populate_recordset(NULL::events, %s::json) "
+    f"SELECT {', '.join('left(time, 10)' if c == 'time' else c for c in COLUMNS)} "  # the day only
+    "FROM json_populate_recordset(NULL::events, %s::json) "
     "ON CONFLICT (event_id) DO NOTHING"
 )
 _ENSURE_CLIENT_WEEKS: Final = (
@@ -255,6 +267,7 @@ class PostgresStore(Store):
         for target in range(version + 1, SCHEMA_VERSION + 1):
             for statement in MIGRATIONS[target]:
                 conn.execute(statement)
+        conn.execute("UPDATE release_state SET first_week = %s WHERE first_week = ''", (_store.this_week(time.time()),))
         conn.execute("CREATE TABLE IF NOT EXISTS spool_reporter_schema (version integer NOT NULL)")
         conn.execute("DELETE FROM spool_reporter_schema")
         conn.execute("INSERT INTO spool_reporter_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
@@ -441,6 +454,20 @@ class PostgresStore(Store):
             return int(deleted)
 
         return self._transaction(work)
+
+    def save_release(self, release: Release) -> bool:
+        def work(cur: psycopg.Cursor[Any]) -> bool:
+            cur.execute(
+                "INSERT INTO releases (app, period, kind, made, epsilon, body) VALUES (%s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT DO NOTHING",
+                tuple(release),
+            )
+            return bool(cur.rowcount)
+
+        return self._transaction(work)
+
+    def set_first_week(self, week: str) -> None:
+        self._transaction(lambda cur: cur.execute("UPDATE release_state SET first_week = %s", (week,)))
 
     @contextlib.contextmanager
     def _rollup_lock(self) -> Iterator[bool]:

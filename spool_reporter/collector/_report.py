@@ -23,7 +23,8 @@ import hashlib
 
 from spool_reporter._version import __version__
 
-from ._public import BREAKDOWNS, OTHER, Published
+from spool_reporter._event import OTHER
+
 from ._stats import plural
 from ._svg import OTHER_CLASS, SERIES_CLASSES, esc, stacked_shares, trend
 
@@ -157,7 +158,7 @@ def _table(ident: str, caption: str, head: list[str], rows: list[str]) -> str:
     )
 
 
-def _trend_section(weeks: Sequence[Week], window: list[str], public: Published | None) -> str:
+def _trend_section(weeks: Sequence[Week], window: list[str], public: None) -> str:
     known = {w.week: w for w in weeks}
     points = [(label, known[label].developers if label in known else None if public else 0) for label in window]
     span = f", {window[0]} to {window[-1]}" if window else ""
@@ -217,7 +218,7 @@ def _breakdown_section(
     )
 
 
-def _method(app: str, public: Published | None) -> str:
+def _method(app: str, public: None) -> str:
     common = (
         "<li>A developer is a distinct anonymous client id: a random id kept in one user's configuration on "
         "one machine. Weeks are ISO 8601 weeks of when the command ran.</li>"
@@ -251,9 +252,22 @@ def _method(app: str, public: Published | None) -> str:
     )
 
 
-def render_html(doc: Stats | Published, *, generated: datetime.datetime | None = None) -> str:
-    """The page of ``doc`` (public numbers, or the operator's full ones) as one HTML document (write UTF-8)."""
-    public = doc if isinstance(doc, Published) else None
+def render_public(doc: dict[str, object]) -> str:
+    """The public page of the released numbers (``GET /``): stub, replaced by the full page."""
+    import json
+
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8"/>'
+        f'<meta http-equiv="Content-Security-Policy" content="{esc(CSP)}"/>'
+        f"<title>developers</title><style>{_CSS}</style></head><body><main><pre>{esc(json.dumps(doc))}</pre>"
+        "</main></body></html>\n"
+    )
+
+
+def render_html(doc: Stats, *, generated: datetime.datetime | None = None) -> str:
+    """The operator's page of ``doc`` (the full numbers) as one HTML document (write UTF-8)."""
+    public = None
     when = (generated or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     app = esc(doc.app)
     weeks = doc.weeks

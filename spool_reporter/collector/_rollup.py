@@ -37,13 +37,14 @@ import math
 from spool_reporter._event import MAX_AGE_SECONDS
 from spool_reporter._hook import iso_time
 
+from . import _release
 from ._store import BREAKDOWNS, EVENT_BREAKDOWN, CollectorError, Retention, this_week, week_before
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final, NamedTuple
 
-    from ._store import Reader, Store
+    from ._store import Reader, Release, Store
 else:
     from typing import NamedTuple
 
@@ -67,6 +68,10 @@ class Done(NamedTuple):
     """The weeks rolled up by this run, oldest first."""
     deleted: int
     """Raw events deleted for being older than the retention."""
+    released: tuple[Release, ...] = ()
+    """The public releases made by this run (:mod:`._release`)."""
+    release_error: str = ""
+    """Why no release could be made (OpenDP missing, the database), or ``""``."""
 
 
 def closing_week(now: float, max_age: float) -> str:
@@ -114,8 +119,16 @@ def _aggregate(reader: Reader, week: str) -> tuple[list[tuple[str, int, int, int
     return totals, cells
 
 
-def rollup(store: Store, *, now: float, max_age: float = MAX_AGE_SECONDS, retention: Retention | None = None) -> Done:
-    """Close the weeks that can take no more events, roll them up, delete the events past the retention.
+def rollup(
+    store: Store,
+    *,
+    now: float,
+    max_age: float = MAX_AGE_SECONDS,
+    retention: Retention | None = None,
+    publishing: _release.Publishing | None = None,
+) -> Done:
+    """Close the weeks that can take no more events, roll them up, make the public releases that are due
+    (:mod:`._release`), and delete the events past the retention (after the releases that need them).
 
     :param now: the collector's clock (epoch seconds).
     :param max_age: the oldest event the collector accepts, in seconds (its ``--max-age-days``).
@@ -144,8 +157,17 @@ def rollup(store: Store, *, now: float, max_age: float = MAX_AGE_SECONDS, retent
                 if store.save_rollup(week, totals, cells):
                     rolled.append(week)
             store.mark_rolled(closed)
+        released: tuple[Release, ...] = ()
+        error = ""
+        publish = publishing or _release.Publishing()
+        try:
+            released = tuple(
+                _release.make(store, app=publish.app, now=now, retain_days=keep.retain_days, epsilon=publish.epsilon)
+            )
+        except CollectorError as exc:  # the retention below still runs: the releases are retried next time
+            error = str(exc)
         cutoff = now - keep.retain_days * 86400
-        before = iso_time(cutoff)
+        before = iso_time(cutoff)[:10]  # events keep their day only (._store)
         through = min(store.rollup_state().rolled_through, this_week(cutoff))
         deleted = 0
         if through:
@@ -155,4 +177,4 @@ def rollup(store: Store, *, now: float, max_age: float = MAX_AGE_SECONDS, retent
                 if n < DELETE_CHUNK:
                     break
             store.expire_ids(this_week(cutoff))  # the weeks entirely before the cutoff have no event left
-        return Done(True, closed, tuple(rolled), deleted)
+        return Done(True, closed, tuple(rolled), deleted, released, error)

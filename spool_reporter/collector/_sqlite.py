@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from typing import Final, TypeVar
 
-    from ._store import RollupCells, RollupTotals, Row
+    from ._store import Release, RollupCells, RollupTotals, Row
 
     _T = TypeVar("_T")
 
@@ -123,13 +123,24 @@ MIGRATIONS: Final = {
         ")",
         "INSERT OR IGNORE INTO rollup_state (id, closed_through, rolled_through, lease_until) VALUES (1, '', '', 0)",
     ),
+    4: (
+        # The day of an event, never its second (._store); new rows are cut by the insert itself.
+        "UPDATE events SET time = substr(time, 1, 10) WHERE length(time) > 10",
+        "CREATE TABLE IF NOT EXISTS releases ("
+        " app TEXT NOT NULL, period TEXT NOT NULL, kind TEXT NOT NULL, made TEXT NOT NULL, epsilon REAL NOT NULL,"
+        " body TEXT NOT NULL, PRIMARY KEY (app, period, kind)"
+        ") WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS release_state (id INTEGER PRIMARY KEY CHECK (id = 1), first_week TEXT NOT NULL)",
+        # '' is replaced by the week of the migration (_store.FIRST_WEEK_UNSET), in the same transaction.
+        "INSERT OR IGNORE INTO release_state (id, first_week) VALUES (1, '')",
+    ),
 }
 """Schema version -> the statements that reach it from the one before (``PRAGMA user_version`` records it)."""
 assert max(MIGRATIONS) == SCHEMA_VERSION
 
 _INSERT: Final = (
     f"INSERT OR IGNORE INTO events ({', '.join(COLUMNS)}) "  # noqa: S608 - fixed column names
-    f"VALUES ({', '.join('?' * len(COLUMNS))})"
+    f"VALUES ({', '.join('substr(?, 1, 10)' if c == 'time' else '?' for c in COLUMNS)})"  # the day only
 )
 _ADD_CLIENT_WEEK: Final = (
     "INSERT INTO client_weeks (client_id, week, n) VALUES (?, ?, ?) "
@@ -277,6 +288,7 @@ class SQLiteStore(Store):
             for target in range(version + 1, SCHEMA_VERSION + 1):
                 for statement in MIGRATIONS[target]:
                     conn.execute(statement)
+            conn.execute("UPDATE release_state SET first_week = ? WHERE first_week = ''", (_store.this_week(time.time()),))
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
@@ -526,6 +538,19 @@ class SQLiteStore(Store):
             return n
 
         return deleted + self._write(rest)
+
+    def save_release(self, release: Release) -> bool:
+        def work(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO releases (app, period, kind, made, epsilon, body) VALUES (?, ?, ?, ?, ?, ?)",
+                tuple(release),
+            )
+            return bool(cur.rowcount)
+
+        return self._write(work)
+
+    def set_first_week(self, week: str) -> None:
+        self._write(lambda conn: conn.execute("UPDATE release_state SET first_week = ?", (week,)))
 
     @contextlib.contextmanager
     def _lease(self) -> Iterator[bool]:

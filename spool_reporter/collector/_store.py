@@ -4,9 +4,11 @@
 wire format's version, not a fact) and ``user_agent`` (it is derived from ``app``, ``app_version``,
 ``python``, ``python_version``, ``os`` and ``arch`` -- the validator checks exactly that -- so keeping it
 would add nothing but a free-text column), plus ``week``, the ISO week of the event's own ``time``
-(``"2026-W49"``), computed on insert so that the statistics are plain ``GROUP BY`` queries. Nothing about
-the request is stored: no address, no header, not even the time the request arrived (which, joined with
-a proxy's access log, would point back to an address).
+(``"2026-W49"``), computed on insert so that the statistics are plain ``GROUP BY`` queries. Of the event's
+``time`` only the **day** is stored (``"2026-12-03"``; schema 4 cut the older rows to the day too): the
+numbers need no finer time, and a second is a linkage risk. Nothing about the request is stored: no
+address, no header, not even the time the request arrived (which, joined with a proxy's access log, would
+point back to an address).
 
 **The tables** (schema version :data:`SCHEMA_VERSION`, created and migrated by the collector itself):
 
@@ -24,6 +26,10 @@ a proxy's access log, would point back to an address).
   (:mod:`._rollup`): per (application, week) the distinct developers, the events and the developers seen
   for the first time; per (application, week, breakdown, value) the distinct developers (the events, for
   ``by_event``);
+- ``releases``: the public numbers, each made once by the differentially private mechanism of
+  :mod:`._release` and never changed (per application, period and kind, with its ε and the released numbers
+  as JSON); ``release_state``: one row, ``first_week``, the first ISO week released (the week the database
+  was created, unless the operator set another: never chosen from the data);
 - ``rollup_state``: one row: ``closed_through`` (the newest week that no longer takes events: an insert
   refuses a row of a week up to it as ``too_old``, in the same transaction), ``rolled_through`` (the newest
   week whose numbers are in the roll-up tables) and, for SQLite, the roll-up's lease.
@@ -55,9 +61,10 @@ else:
 COLUMNS: Final = (*(f for f in FIELDS if f not in ("schema", "user_agent")), "week")
 """The stored columns: :data:`~spool_reporter._event.FIELDS` minus ``schema`` and ``user_agent``, plus ``week``."""
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """The layout this code writes: 1 had ``events`` only; 2 added ``client_weeks`` and ``refusals``; 3 added the
-roll-ups (``rollup_weeks``, ``rollup_cells``, ``rollup_state``) and the indexes on ``events``."""
+roll-ups (``rollup_weeks``, ``rollup_cells``, ``rollup_state``) and the indexes on ``events``; 4 added
+``releases`` and ``release_state`` and keeps only the day of an event's ``time``."""
 
 OVER_CAP: Final = "over_cap"
 """The refusal reason of an event beyond :attr:`Limits.per_client_week`."""
@@ -100,6 +107,22 @@ RollupTotals = Sequence[tuple[str, int, int, int]]
 
 RollupCells = Sequence[tuple[str, str, str, int]]
 """A closed week's breakdowns: (app, breakdown, value, developers)."""
+
+
+class Release(NamedTuple):
+    """One public release (:mod:`._release`): made once, stored, served as it is, never changed."""
+
+    app: str
+    period: str
+    """``"2026-W49"`` (a week), ``"2026-12"`` (a month), ``"2026-Q4"`` (a quarter) or ``"2026"`` (a year)."""
+    kind: str
+    """``"provisional"`` (a week that ended but is still open) or ``"final"``."""
+    made: str
+    """When it was made (UTC, ``"2027-01-04T01:00:00Z"``)."""
+    epsilon: float
+    """The privacy budget this release spent on each developer in it."""
+    body: str
+    """The released numbers as JSON (:func:`._release.make`): noisy counts, never a true one."""
 
 
 class Inserted(NamedTuple):
@@ -281,6 +304,45 @@ class Store:
                 return self.rollup_state(own)
         (row,) = reader.query("SELECT closed_through, rolled_through FROM rollup_state")
         return RollupState(str(row[0]), str(row[1]))
+
+    # -- releases (see ._release) -------------------------------------------------------------------------------
+
+    def releases(self, app: str, reader: Reader | None = None) -> list[Release]:
+        """Every release of ``app``, by period and kind (none before schema 4)."""
+        if self.schema_version() < 4:
+            return []
+        if reader is None:
+            with self.reading() as own:
+                return self.releases(app, own)
+        rows = reader.query(
+            "SELECT app, period, kind, made, epsilon, body FROM releases WHERE app = ? ORDER BY period, kind", (app,)
+        )
+        return [Release(str(a), str(p), str(k), str(m), float(e), str(b)) for a, p, k, m, e, b in rows]  # type: ignore[arg-type]
+
+    def release_mark(self, app: str) -> tuple[int, str]:
+        """(releases of ``app``, the newest ``made``): changes whenever a release is added, costs one index read."""
+        if self.schema_version() < 4:
+            return 0, ""
+        with self.reading() as reader:
+            ((n, made),) = reader.query("SELECT COUNT(*), COALESCE(MAX(made), '') FROM releases WHERE app = ?", (app,))
+        return int(n), str(made)  # type: ignore[call-overload]
+
+    def first_week(self, reader: Reader | None = None) -> str:
+        """The first ISO week whose numbers are released (``release_state.first_week``)."""
+        if reader is None:
+            with self.reading() as own:
+                return self.first_week(own)
+        ((week,),) = reader.query("SELECT first_week FROM release_state")
+        return str(week)
+
+    def save_release(self, release: Release) -> bool:
+        """Store ``release`` unless one of its application, period and kind is stored already (then ``False``,
+        nothing written: a release is never replaced)."""
+        raise NotImplementedError
+
+    def set_first_week(self, week: str) -> None:
+        """Set the first ISO week released (the operator's choice; releases made already stay as they are)."""
+        raise NotImplementedError
 
     # -- retention and forget (see ._rollup) -----------------------------------------------------------------
 

@@ -15,8 +15,8 @@ It reads nothing from the request but the method, the path, ``Content-Type``, ``
 client address (``X-Forwarded-For``, ``Forwarded``) are never read, stored or logged; the application
 logs nothing per request at all.
 
-``GET /`` and ``GET /v1/stats`` publish the statistics, thresholded to protect small groups
-(:mod:`._public`). ``POST /v1/forget`` with ``{"client_id": "<uuid4>"}`` deletes every stored event of that
+``GET /``, ``GET /v1/stats`` and the downloads serve the public releases (:mod:`._public`): numbers made once,
+with differential privacy, by the roll-up (:mod:`._release`), and stored; a request never counts anything. ``POST /v1/forget`` with ``{"client_id": "<uuid4>"}`` deletes every stored event of that
 client id and answers ``{"deleted": n}``; the roll-ups of closed weeks hold no client id and are not touched.
 
 Ingest also keeps the retention (:mod:`._rollup`): at most once per ``rollup_every`` seconds, a batch starts a
@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 
-from . import _public, _rollup
+from . import _public, _release, _rollup
 from ._store import FORGET, CollectorError, Retention, Row, Store, Unavailable
 from ._wire import (
     FORGET_MAX_BODY_BYTES,
@@ -225,23 +225,26 @@ class Collector:
         *,
         forward: Forwarder | None = None,
         policy: Policy | None = None,
-        min_count: int = _public.MIN_COUNT,
+        publishing: _release.Publishing | None = None,
         retention: Retention | None = None,
-        public_ttl: float = _public.CACHE_SECONDS,
+        public_check: float = _public.CHECK_SECONDS,
     ) -> None:
         self.store = store
         self.forward = forward
         self.policy = policy or Policy()
         self.counters = Counters()
-        self.min_count = _public.check_min_count(min_count)
-        """The threshold of the public numbers at ``GET /`` and ``GET /v1/stats`` (:mod:`._public`)."""
-        self.public = _public.WeeksCache(store, ttl=public_ttl)
-        """The weeks behind ``GET /`` and ``GET /v1/stats``, at most ``public_ttl`` seconds old."""
+        self.publishing = publishing or _release.Publishing()
+        """What is released (ε, the application) and how it is shown (the display threshold, the licence)."""
+        _public.check_min_count(self.publishing.min_count)
+        _release.check_epsilon(self.publishing.epsilon)
+        self.public = _public.Served(store, self.publishing, check_every=public_check)
+        """The public answers, rebuilt only when a release is added (checked every ``public_check`` seconds)."""
         self.retention = _rollup.check_retention(retention or Retention(), self.policy.max_age)
         """How long raw events are kept and how often ingest starts a roll-up (:mod:`._rollup`)."""
         self._rollup_lock = threading.Lock()
         self._rollup_thread: threading.Thread | None = None
         self._next_rollup = 0.0  # monotonic; the first batch starts one (a restarted collector catches up)
+        self._release_error = ""  # logged once until it changes
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         try:
@@ -287,7 +290,8 @@ class Collector:
             if path in _public.PATHS:
                 if method != "GET":
                     raise _Refusal(405, "use GET", [("Allow", "GET")])
-                return _public.answer(path, self.public, min_count=self.min_count)
+                self._maybe_rollup()  # releases fall due with time, not only with batches
+                return self.public.answer(path)
             raise _Refusal(404, "not found")
         except _Refusal as refusal:
             text = (refusal.reason + "\n").encode("utf-8", "backslashreplace")
@@ -331,7 +335,11 @@ class Collector:
     def rollup(self) -> _rollup.Done:
         """Run a roll-up now, in this thread, with this collector's clock, maximum age and retention."""
         return _rollup.rollup(
-            self.store, now=self.policy.clock(), max_age=self.policy.max_age, retention=self.retention
+            self.store,
+            now=self.policy.clock(),
+            max_age=self.policy.max_age,
+            retention=self.retention,
+            publishing=self.publishing,
         )
 
     def _maybe_rollup(self) -> None:
@@ -351,7 +359,10 @@ class Collector:
 
     def _background_rollup(self) -> None:
         try:
-            self.rollup()
+            done = self.rollup()
+            if done.release_error and done.release_error != self._release_error:
+                _LOG.warning("collector: no public release made: %s", done.release_error)
+            self._release_error = done.release_error
         except CollectorError as exc:
             if "is closed" not in str(exc):  # the application shut down meanwhile: nothing to report
                 _LOG.warning("collector: roll-up failed: %s", exc)

@@ -8,8 +8,9 @@
 ``SPOOL_REPORTER_COLLECTOR_DB`` (required) is the SQLite file or the ``postgresql://`` URL; the other
 settings are in :mod:`spool_reporter.collector._config` (maximum event age, per-client weekly cap, the
 applications and their commands, the retention). Forwarding to GA4 is on when both ``SPOOL_REPORTER_GA4_MEASUREMENT_ID``
-and ``SPOOL_REPORTER_GA4_API_SECRET`` are set. ``SPOOL_REPORTER_COLLECTOR_MIN_COUNT`` (default 10) is the
-fewest developers a public number may count. The schema is created or migrated when the application is
+and ``SPOOL_REPORTER_GA4_API_SECRET`` are set. ``SPOOL_REPORTER_COLLECTOR_EPSILON`` (default 1) is the
+privacy budget of the public releases, ``SPOOL_REPORTER_COLLECTOR_MIN_COUNT`` (default 10) their display
+threshold and ``SPOOL_REPORTER_COLLECTOR_DATA_LICENSE`` (default ``CC-BY-4.0``) their licence. The schema is created or migrated when the application is
 first built (each gunicorn worker does it; a lock makes it happen once).
 """
 
@@ -39,7 +40,7 @@ def from_environ(environ: dict[str, str] | None = None) -> Collector:
         forward=forward,
         policy=settings.policy,
         limits=settings.limits,
-        min_count=settings.min_count,
+        publishing=settings.publishing,
         retention=settings.retention,
     )
 
