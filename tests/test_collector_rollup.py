@@ -25,7 +25,7 @@ from test_collector_stores import BACKENDS
 from spool_reporter._hook import iso_time
 from spool_reporter.collector import CollectorError, Retention, open_store, stats
 from spool_reporter.collector._rollup import check_retention, closing_week, rollup
-from spool_reporter.collector._store import LATE, Row, Store, week_before, week_of_valid
+from spool_reporter.collector._store import LATE, SCHEMA_VERSION, Row, Store, week_before, week_of_valid
 
 DAY = 86400.0
 NOW = datetime.datetime(2027, 3, 3, 12, tzinfo=datetime.timezone.utc).timestamp()  # a Wednesday of 2027-W09
@@ -129,6 +129,7 @@ def test_retention_must_outlast_the_window() -> None:
 
 def test_rollup_gives_the_numbers_of_the_raw_events(store: Store) -> None:
     store.insert(history())
+    store.set_first_week("2026-W50")  # releases from a fixed week, whatever the day the tests run
     before = both_ways(store)
     assert before[0] == before[1]
     done = rollup(store, now=NOW, max_age=MAX_AGE)
@@ -140,13 +141,16 @@ def test_rollup_gives_the_numbers_of_the_raw_events(store: Store) -> None:
     after = both_ways(store)
     assert after[0] == after[1] == before[0]  # the operator's full numbers, week by week and all-time
     assert stats(store, app="MyTool").as_dict() == stats(store, app="MyTool", rollups=False).as_dict()
-    # The public document too (it reads the weeks only).
-    from spool_reporter.collector import publish
-
-    assert publish(stats(store), min_count=3) == publish(stats(store, rollups=False), min_count=3)
-    # Again: nothing left to do, nothing changes.
+    # The closed weeks got their final release, made before anything could be deleted; the weeks that ended
+    # but are open, a provisional one.
+    finals = {r.period for r in done.released if r.kind == "final" and "-W" in r.period}
+    provisional = {r.period for r in done.released if r.kind == "provisional"}
+    assert set(done.rolled) <= finals
+    assert provisional == {"2027-W05", "2027-W06", "2027-W07", "2027-W08"}
+    assert done.release_error == ""
+    # Again: nothing left to do, nothing changes, and no release is made twice.
     again = rollup(store, now=NOW, max_age=MAX_AGE)
-    assert (again.ran, again.rolled, again.deleted) == (True, (), 0)
+    assert (again.ran, again.rolled, again.deleted, again.released) == (True, (), 0, ())
     assert both_ways(store)[0] == before[0]
 
 
@@ -343,7 +347,9 @@ def test_rollup_from_an_old_schema(tmp_path: Path) -> None:
         reader.close()
     store = open_store(db)
     try:
-        assert store.schema_version() == 3
+        assert store.schema_version() == SCHEMA_VERSION
+        with store.reading() as view:  # schema 4 keeps the day of an event, never its second
+            assert view.query("SELECT DISTINCT length(time) FROM events") == [(10,)]
         rollup(store, now=NOW, max_age=MAX_AGE)
         assert stats(store).as_dict() == raw
     finally:

@@ -30,9 +30,9 @@ event is judged on its own; a well-formed batch is answered ``200 {"accepted": n
 for a body over the cap; ``411`` without a length; ``415`` for another content type or a content encoding;
 ``503`` with ``Retry-After`` when the database is busy or unreachable. ``GET /v1/health`` answers
 ``{"ok": true}``. ``GET /`` is the public page and ``GET /v1/stats`` its JSON (``public(db)``), with
-``GET /v1/releases.json`` and ``GET /v1/releases.csv`` as downloads: every public number is a stored release,
-made once with differential privacy (``docs/collector.md``). ``POST /v1/forget`` with ``{"client_id": "<uuid4>"}`` deletes that id's stored events and
-answers ``{"deleted": n}``.
+``GET /v1/releases.json`` and ``GET /v1/releases.csv`` as downloads: every public number is a stored
+release, made once with differential privacy (``docs/collector.md``). ``POST /v1/forget`` with
+``{"client_id": "<uuid4>"}`` deletes that id's stored events and answers ``{"deleted": n}``.
 
 ``POST /mp/collect`` (:data:`GA4_PATH`) takes exactly what the ``ga4`` transport sends, so a client
 configured with ``transport=ga4`` can use this collector instead of Google: the query string

@@ -209,7 +209,7 @@ def period_developers(reader: Reader, app: str, first: datetime.date, last: date
         "AND time >= ? AND time <= ?",
         (app, _week_of(first), _week_of(last), first.isoformat(), last.isoformat()),
     )
-    return int(n)  # type: ignore[call-overload]
+    return int(n)  # type: ignore[call-overload,no-any-return]
 
 
 # -- the mechanism ------------------------------------------------------------------------------------------
@@ -432,4 +432,3 @@ def first_week_of(text: str) -> str:
         msg = f"not an ISO week like 2026-W49: {text!r}"
         raise ValueError(msg)
     return text.strip()
-

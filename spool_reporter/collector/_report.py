@@ -1,18 +1,27 @@
-"""The collector's page: ``GET /`` serves it, and ``collector stats --html FILE`` writes the same page.
+"""The collector's two pages: the public page of the released numbers, and the operator's page of the full ones.
 
-One self-contained HTML document: an inline stylesheet, inline SVG charts (:mod:`._svg`) and no
-JavaScript, fonts, images or anything else from elsewhere, so it opens offline and leaks nothing when
-opened. Its Content-Security-Policy (:data:`CSP`, in a ``<meta>`` element and, when served, a header)
-allows nothing but that one stylesheet, by its hash.
+:func:`render_public` turns the public document (:func:`._public.document`: stored differentially private
+releases, post-processed) into the page ``GET /`` serves and ``collector stats --public --html FILE`` writes.
+:func:`render_html` turns :class:`~spool_reporter.collector._stats.Stats` (the exact counts, for the operator
+only) into the page ``collector stats --html FILE`` writes; it is never served.
 
-It shows distinct developers per ISO week: a trend line, then stacked shares of the application's
-versions, Python versions and operating systems, each chart with a data table beside it (the table is
-the chart's text alternative: the same numbers, newest week first). Given
-:class:`~spool_reporter.collector._public.Published` (the public numbers) it says which threshold made
-them; given :class:`~spool_reporter.collector._stats.Stats` (the operator's full numbers) it says that
-none was applied, and adds the commands table. Every value that came from a client (versions, OS names,
-command names) is escaped, and isolated with ``<bdi>``. The markup is also well-formed XML, which the
-tests use to check it.
+Both are one self-contained HTML document: an inline stylesheet, inline SVG charts (:mod:`._svg`) and no
+JavaScript, fonts, images or anything else from elsewhere, so they open offline and load nothing. The
+public page has plain links (the downloads, the licence), which a reader may follow; nothing is fetched
+when it is opened. Its Content-Security-Policy (:data:`CSP`, in a ``<meta>`` element and, when served, a
+header) allows nothing but that one stylesheet, by its hash.
+
+Each page shows developers per ISO week: a trend, then stacked shares of the application's versions,
+Python versions and operating systems, each chart with a data table beside it (the table is the chart's
+text alternative: the same numbers, newest week first). Every value that came from a client or from the
+database (versions, OS names, command names, the application's name) is escaped, and isolated with
+``<bdi>``. The markup is also well-formed XML, which the tests use to check it.
+
+**The public page is a function of the document alone.** It reads no clock: "released" and "next release
+due" are worked out from the releases' own dates, so every process serving the same releases serves the
+same bytes, and reloading the page tells a reader nothing new (:mod:`._public`). A number marked
+``fewer_than`` is shown as "fewer than N" and nothing else: neither its estimate nor its interval (which
+would give the estimate back), and the share charts fold such values into one series.
 """
 
 from __future__ import annotations
@@ -20,40 +29,62 @@ from __future__ import annotations
 import base64
 import datetime
 import hashlib
-
-from spool_reporter._version import __version__
+import math
+import re
 
 from spool_reporter._event import OTHER
+from spool_reporter._version import __version__
 
+from ._public import RELEASES_CSV_PATH, RELEASES_JSON_PATH, STATS_PATH
+from ._release import FINAL, PROVISIONAL, PROVISIONAL_SHARE
 from ._stats import plural
-from ._svg import OTHER_CLASS, SERIES_CLASSES, esc, stacked_shares, trend
+from ._store import DEFAULT_MAX_AGE_DAYS
+from ._svg import (
+    FOLD_CLASS,
+    OTHER_CLASS,
+    SERIES_CLASSES,
+    Estimate,
+    Series,
+    esc,
+    estimates_trend,
+    stacked_shares,
+    trend,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import Final
+    from typing import Final, NamedTuple
 
     from ._stats import Stats, Week
+else:
+    from typing import NamedTuple
 
 CHART_WEEKS: Final = 104
 """The page shows at most the last two years of weeks (the JSON document has them all)."""
 
 MAX_SERIES: Final = len(SERIES_CLASSES)
-"""Named values per stacked chart; the less common ones are drawn (and tabled) with "other"."""
+"""Named values per stacked chart; the less common ones are drawn (and tabled) with "other" (the operator's
+page) or with the values below the display threshold (the public page)."""
 
 _PALETTE: Final = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f")
-"""Tableau 10's first nine colours, for the named series; "other" is grey."""
+"""Tableau 10's first nine colours, for the named series; "other" is grey, the folded values a lighter grey."""
 
 _CSS: Final = (
     """
 :root { color-scheme: light; }
 body { font: 16px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d2327;
        background: #fff; margin: 0; }
-main { max-width: 76rem; margin: 0 auto; padding: 1.5rem 1rem 3rem; }
+main { max-width: 76rem; margin: 0 auto; padding: 1.5rem 1rem 3rem; overflow-wrap: anywhere; }
 h1 { font-size: 1.6rem; line-height: 1.25; margin: 0 0 .4rem; }
 h2 { font-size: 1.2rem; margin: 2.4rem 0 .8rem; }
 p { max-width: 48rem; }
+a { color: #0c4b33; }
 .lead { color: #50575e; margin-top: 0; }
+.headline { font-size: 1.25rem; line-height: 1.4; margin: 1.2rem 0 .5rem; }
+.headline strong { font-size: 1.9rem; color: #0c4b33; font-variant-numeric: tabular-nums; }
+.ci { color: #50575e; font-variant-numeric: tabular-nums; }
+.when { margin: .4rem 0; padding-left: 1.2rem; color: #50575e; font-size: .9rem; max-width: 48rem; }
 .summary { display: flex; flex-wrap: wrap; gap: .75rem 2.5rem; margin: 1.2rem 0 0; padding: 0; list-style: none; }
 .summary li { font-size: .85rem; color: #50575e; }
 .summary strong { display: block; font-size: 1.6rem; color: #0c4b33; font-variant-numeric: tabular-nums; }
@@ -66,16 +97,21 @@ svg.chart text { font-size: 12px; fill: #50575e; }
 .grid { stroke: #dcdcde; stroke-width: 1; }
 .trend { stroke: #0c4b33; stroke-width: 2; }
 .point { fill: #0c4b33; }
+.band { fill: #0c4b33; fill-opacity: .16; }
+.few { fill: none; stroke: #787c82; stroke-width: 1; stroke-dasharray: 3 2; }
 .seg { stroke: #fff; stroke-width: .5; }
 .legend { list-style: none; padding: 0; margin: .5rem 0 0 3.5rem; display: flex; flex-wrap: wrap;
           gap: .2rem 1rem; font-size: .85rem; }
 .sw { display: inline-block; width: .8rem; height: .8rem; margin-right: .35rem; border-radius: 2px;
       vertical-align: -.05rem; }
-.table { max-height: 21rem; overflow: auto; border: 1px solid #dcdcde; border-radius: 4px; }
-table { border-collapse: collapse; width: 100%; font-size: .85rem; }
-caption { text-align: left; font-weight: 600; padding: .45rem .6rem; }
+.table { max-height: 21rem; overflow: auto; border: 1px solid #dcdcde; border-radius: 4px;
+         container-type: inline-size; }
+table { border-collapse: collapse; width: 100%; font-size: .85rem; overflow-wrap: normal; }
+caption { text-align: left; font-weight: 600; padding: .45rem 0; }
 th, td { text-align: left; padding: .3rem .6rem; border-bottom: 1px solid #ececec; white-space: nowrap; }
 thead th { position: sticky; top: 0; background: #f6f7f7; white-space: normal; vertical-align: bottom; }
+thead th.fold { min-width: 8rem; }
+caption span { position: sticky; left: .6rem; display: inline-block; max-width: calc(100cqw - 1.2rem); }
 .n { text-align: right; font-variant-numeric: tabular-nums; }
 td.none { color: #787c82; white-space: normal; }
 .method li { margin: .3rem 0; max-width: 48rem; }
@@ -83,6 +119,7 @@ footer { margin-top: 2.5rem; font-size: .8rem; color: #787c82; }
 """
     + "".join(f".s{i} {{ fill: {c}; background: {c}; }}\n" for i, c in enumerate(_PALETTE))
     + f".{OTHER_CLASS} {{ fill: #a5a5a5; background: #a5a5a5; }}\n"
+    + f".{FOLD_CLASS} {{ fill: #d3d3d3; background: #d3d3d3; }}\n"
 )
 
 _STYLE_HASH: Final = base64.b64encode(hashlib.sha256(_CSS.encode("utf-8")).digest()).decode("ascii")
@@ -99,7 +136,25 @@ _SECTIONS: Final = (
     ("by_os", "os", "Operating systems", "developers"),
     ("by_event", "commands", "Commands", "events"),
 )
-"""(breakdown, element id, heading, unit) of each stacked chart."""
+"""(breakdown, element id, heading, unit) of each stacked chart of the operator's page."""
+
+_PUBLIC_SECTIONS: Final = _SECTIONS[:3]
+"""The stacked charts of the public page: commands are not released (an event count is no developer count)."""
+
+_SPDX_PAGE: Final = "https://spdx.org/licenses/{}.html"
+"""Where an SPDX licence identifier (``CC-BY-4.0``) is explained: the SPDX licence list's page for it."""
+
+_SPDX_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*\Z")
+"""An SPDX short identifier (letters, digits, ``.``, ``-``, ``+``); an expression (``A OR B``) is shown as text."""
+
+_LICENCE_URL: Final = re.compile(r"https?://[^\s\"'<>\\`]+\Z")
+"""A licence given as a URL is linked as is; anything else (``javascript:``, text) is shown as text only."""
+
+_DASH: Final = "&#8211;"
+"""The en dash of an interval (``1,197-1,271`` with an en dash), as a character reference: the source stays ASCII."""
+
+_NBSP: Final = "&#160;"
+"""Keeps ``95 %`` on one line."""
 
 
 def _monday(week: str) -> datetime.date | None:
@@ -110,19 +165,502 @@ def _monday(week: str) -> datetime.date | None:
         return None
 
 
-def _window(weeks: Sequence[Week]) -> list[str]:
-    """The labels of the last :data:`CHART_WEEKS` weeks up to the newest, weeks without numbers included."""
-    if not weeks:
+def _iso_week(day: datetime.date) -> str:
+    year, num, _ = day.isocalendar()
+    return f"{year:04d}-W{num:02d}"
+
+
+def _window(labels: Sequence[str]) -> list[str]:
+    """The last :data:`CHART_WEEKS` ISO weeks up to the newest of ``labels`` (oldest first), weeks without
+    numbers included, so that a chart shows a gap where a week has none."""
+    if not labels:
         return []
-    last, first = _monday(weeks[-1].week), _monday(weeks[0].week)
-    if last is None or first is None:  # pragma: no cover - weeks come from iso_week()
-        return [w.week for w in weeks[-CHART_WEEKS:]]
-    span = min(CHART_WEEKS, (last - first).days // 7 + 1)
-    out = []
-    for back in range(span - 1, -1, -1):
-        year, num, _ = (last - datetime.timedelta(weeks=back)).isocalendar()
-        out.append(f"{year:04d}-W{num:02d}")
-    return out
+    last, first = _monday(labels[-1]), _monday(labels[0])
+    if last is None or first is None:  # not ISO weeks (a database written by hand): the labels as they are
+        return list(labels[-CHART_WEEKS:])
+    span = max(1, min(CHART_WEEKS, (last - first).days // 7 + 1))
+    return [_iso_week(last - datetime.timedelta(weeks=back)) for back in range(span - 1, -1, -1)]
+
+
+def _swatch(cls: str) -> str:
+    return f'<span class="sw {cls}" aria-hidden="true"></span>'
+
+
+def _table(ident: str, caption: str, head: list[str], rows: list[str]) -> str:
+    return (
+        f'<div class="table" role="region" aria-labelledby="{ident}-c" tabindex="0"><table>'
+        f'<caption id="{ident}-c"><span>{caption}</span></caption><thead><tr>{"".join(head)}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8"/>'
+        '<meta name="viewport" content="width=device-width, initial-scale=1"/>'
+        # Nothing may load or run, even if a value slipped past the escaping.
+        f'<meta http-equiv="Content-Security-Policy" content="{esc(CSP)}"/>'
+        '<meta name="referrer" content="no-referrer"/>'
+        f"<title>{title}</title><style>{_CSS}</style></head><body><main>{body}</main></body></html>\n"
+    )
+
+
+# -- the public page: the released numbers ------------------------------------------------------------------
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _float(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _dict(value: object) -> dict[str, object]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
+
+
+def _estimate(value: object) -> Estimate:
+    number = _dict(value)
+    return Estimate(
+        _int(number.get("estimate")), _int(number.get("low")), _int(number.get("high")), _int(number.get("fewer_than"))
+    )
+
+
+class _Released(NamedTuple):
+    """One period of the document (a week, month, quarter or year), as the page reads it."""
+
+    name: str
+    unit: str
+    release: str
+    made: str
+    last_day: str
+    epsilon: float
+    """What this period's releases spent together (a week: ``week_epsilon``; else its one release's)."""
+    margin: int
+    threshold: int
+    """N of "fewer than N" for this release: the larger of the display threshold and the margin."""
+    developers: Estimate
+    cells: dict[str, dict[str, Estimate]]
+    """Breakdown -> value -> number, in the document's order (a week only)."""
+
+
+def _released(item: object, unit: str, min_count: int) -> _Released:
+    period = _dict(item)
+    margin = _int(period.get("margin"))
+    cells = {
+        name: {str(value): _estimate(number) for value, number in _dict(period.get(name)).items()}
+        for name, _, _, _ in _PUBLIC_SECTIONS
+    }
+    spent = period.get("week_epsilon") if unit == "week" else period.get("epsilon")
+    return _Released(
+        name=_str(period.get(unit)),
+        unit=unit,
+        release=_str(period.get("release")),
+        made=_str(period.get("made")),
+        last_day=_str(period.get("last_day")),
+        epsilon=_float(spent),
+        margin=margin,
+        threshold=max(min_count, margin),
+        developers=_estimate(period.get("developers")),
+        cells=cells if unit == "week" else {},
+    )
+
+
+def _eps(value: float) -> str:
+    """ε as a reader reads it: ``1``, ``0.5`` (OpenDP's map may give ``0.49999999999999994``)."""
+    return f"{value:.3g}"
+
+
+def _factor(epsilon: float) -> str:
+    """e^ε, rounded for reading: ``2.7`` for ε = 1."""
+    factor = math.exp(epsilon)
+    return f"{factor:.1f}" if factor < 100 else f"{factor:,.0f}"
+
+
+def _when(iso: str) -> str:
+    """``2026-12-04T12:00:00Z`` -> ``2026-12-04 12:00 UTC`` (escaped; shown as it is if it is no such time)."""
+    try:
+        moment = datetime.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return f"<bdi>{esc(iso)}</bdi>"
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _day(iso: str) -> datetime.date | None:
+    try:
+        return datetime.date.fromisoformat(iso)
+    except ValueError:
+        return None
+
+
+def _number(value: Estimate) -> str:
+    """A number in a table cell: ``141 (104-178)`` (an en dash), or ``fewer than 37`` and nothing else."""
+    if value.fewer_than:
+        return f"fewer than {value.fewer_than:,}"
+    return f'{value.estimate:,} <span class="ci">({value.low:,}{_DASH}{value.high:,})</span>'
+
+
+def _number_cells(value: Estimate) -> str:
+    """The estimate and the interval in two cells; "fewer than N" across both."""
+    if value.fewer_than:
+        return f'<td class="n" colspan="2">fewer than {value.fewer_than:,}</td>'
+    return f'<td class="n">{value.estimate:,}</td><td class="n">{value.low:,}{_DASH}{value.high:,}</td>'
+
+
+def _kind(release: str) -> str:
+    return esc(release) if release in (PROVISIONAL, FINAL) else f"<bdi>{esc(release)}</bdi>"
+
+
+def _headline(weeks: Sequence[_Released]) -> str:
+    if not weeks:
+        return (
+            '<p class="headline">Nothing released yet: a week\'s numbers are released once it has ended, '
+            "and made final once it has closed.</p>"
+        )
+    latest = weeks[-1]
+    value = latest.developers
+    where = f"in <bdi>{esc(latest.name)}</bdi>, {_kind(latest.release)}"
+    if value.fewer_than:
+        return f'<p class="headline">Fewer than <strong>{value.fewer_than:,}</strong> developers {where}.</p>'
+    return (
+        f'<p class="headline">About <strong>{value.estimate:,}</strong> {plural(value.estimate, "developer")} '
+        f'<span class="ci">(95{_NBSP}%: {value.low:,}{_DASH}{value.high:,})</span> {where}.</p>'
+    )
+
+
+def _schedule(made: str, weeks: Sequence[_Released]) -> str:
+    """When the numbers were released and when the next releases are due, from the releases' own dates only.
+
+    A week's provisional release is made by the first roll-up after it ended (Monday 00:00 UTC), so within the
+    collector's roll-up interval; its final one by the first roll-up after it closed, which is the collector's
+    maximum event age after it ended. Neither is in the document: the page says "from" and names the default.
+    """
+    items = []
+    if made:
+        items.append(f"<li>Released {_when(made)} (the newest release).</li>")
+    latest = _day(weeks[-1].last_day) if weeks else None
+    if latest is not None:
+        ends = latest + datetime.timedelta(days=8)
+        items.append(
+            f"<li>Next: the provisional release of {_iso_week(latest + datetime.timedelta(days=7))}, once that week "
+            f"has ended: from Monday {ends.isoformat()} 00:00 UTC, within the collector's roll-up interval (an hour "
+            "by default).</li>"
+        )
+    pending = [(w, _day(w.last_day)) for w in weeks if w.release == PROVISIONAL]
+    oldest = next(((w, day) for w, day in pending if day is not None), None)
+    if oldest is not None:
+        week, last = oldest
+        closes = last + datetime.timedelta(days=1 + DEFAULT_MAX_AGE_DAYS)
+        items.append(
+            f"<li>The final release of <bdi>{esc(week.name)}</bdi> follows when that week closes, once none of "
+            f"its events can arrive any more: from {closes.isoformat()} 00:00 UTC with the collector's default "
+            f"maximum event age of {DEFAULT_MAX_AGE_DAYS} days.</li>"
+        )
+    return f'<ul class="when">{"".join(items)}</ul>' if items else ""
+
+
+def _licence(licence: str) -> str:
+    text = f"<bdi>{esc(licence)}</bdi>"
+    if _SPDX_ID.match(licence):
+        return f'<a href="{esc(_SPDX_PAGE.format(licence))}" rel="license">{text}</a>'
+    if _LICENCE_URL.match(licence):
+        return f'<a href="{esc(licence)}" rel="license">{text}</a>'
+    return text
+
+
+def _downloads(doc: dict[str, object]) -> tuple[str, str]:
+    """The download paths the document names (the routes of :mod:`._public` if it names none)."""
+    named = _dict(doc.get("downloads"))
+    paths = []
+    for key, default in (("json", RELEASES_JSON_PATH), ("csv", RELEASES_CSV_PATH)):
+        path = _str(named.get(key))
+        paths.append(path if path.startswith("/") and not path.startswith("//") else default)
+    return paths[0], paths[1]
+
+
+def _public_trend(weeks: Sequence[_Released], window: list[str]) -> str:
+    known = {w.name: w for w in weeks}
+    points = [(label, known[label].developers if label in known else None) for label in window]
+    span = f", {window[0]} to {window[-1]}" if window else ""
+    chart = estimates_trend(
+        "trend",
+        f"Estimated developers per ISO week{span}, with 95 % intervals",
+        points,
+        empty="No week has been released yet.",
+    )
+    rows = [
+        f'<tr><th scope="row"><bdi>{esc(w.name)}</bdi></th>{_number_cells(w.developers)}'
+        f'<td>{_kind(w.release)}</td><td class="n">{_eps(w.epsilon)}</td></tr>'
+        for w in reversed([known[label] for label in window if label in known])
+    ]
+    head = [
+        '<th scope="col">Week</th>',
+        '<th scope="col" class="n">Developers</th>',
+        f'<th scope="col" class="n">95{_NBSP}% interval</th>',
+        '<th scope="col">Release</th>',
+        '<th scope="col" class="n">&#949; spent</th>',
+    ]
+    table = _table("trend-table", "Estimated developers per week, newest first", head, rows) if rows else ""
+    return (
+        '<section aria-labelledby="trend-h"><h2 id="trend-h">Developers per week</h2>'
+        f'<div class="pair"><figure>{chart}</figure>{table}</div></section>'
+    )
+
+
+def _fold_label(thresholds: Sequence[int], *, more: int) -> str:
+    """The label of the folded series: "fewer than N each", and the less common values if some joined it."""
+    if not thresholds:
+        label = "fewer than N each"
+    elif len(thresholds) == 1:
+        label = f"fewer than {thresholds[0]:,} each"
+    else:  # the margin changed with ε between weeks: each week's N is in its row
+        label = f"fewer than {thresholds[0]:,}{_DASH}{thresholds[-1]:,} each"
+    return f"{label}, and {more} less common {plural(more, 'value')}" if more else label
+
+
+def _public_breakdown(
+    section: tuple[str, str, str, str], weeks: Sequence[_Released], window: list[str], app: str
+) -> str:
+    name, ident, heading, unit = section
+    heading = heading.format(app=app)
+    known = {w.name: w for w in weeks}
+    shown = [known[label] for label in window if label in known]
+    # The values shown (not "fewer than N") in some week of a week whose total is shown, most counted first,
+    # "other" last: the chart's series and the table's columns. The rest are folded into one series.
+    totals: dict[str, int] = {}
+    for week in shown:
+        if week.developers.fewer_than:
+            continue
+        for value, number in week.cells.get(name, {}).items():
+            if not number.fewer_than:
+                totals[value] = totals.get(value, 0) + number.estimate
+    named = sorted((v for v in totals if v != OTHER), key=lambda v: (-totals[v], v))
+    values = [*named[:MAX_SERIES], *([OTHER] if OTHER in totals else [])]
+    fold_label = _fold_label(sorted({w.threshold for w in shown}), more=max(0, len(named) - MAX_SERIES))
+    # Keys by position: a value's name, whatever it is, cannot collide with the folded series.
+    series = [
+        Series(str(i), value, OTHER_CLASS if value == OTHER else SERIES_CLASSES[i % len(SERIES_CLASSES)])
+        for i, value in enumerate(values)
+    ]
+    fold = Series("fold", fold_label, FOLD_CLASS)
+    columns: list[tuple[str, dict[str, int] | None]] = []
+    for label in window:
+        found = known.get(label)
+        cells = found.cells.get(name, {}) if found else {}
+        if found is None or found.developers.fewer_than or not cells:
+            columns.append((label, None))
+            continue
+        counts = {
+            item.key: cells[item.label].estimate
+            for item in series
+            if item.label in cells and not cells[item.label].fewer_than and cells[item.label].estimate > 0
+        }
+        # The folded values are drawn as what the week's total leaves: adding up their clamped estimates would
+        # add the noise of every empty value of the vocabulary (each at least 0), a bias that grows with the list.
+        rest = found.developers.estimate - sum(counts.values())
+        if rest > 0:
+            counts[fold.key] = rest
+        columns.append((label, counts))
+    title = f"{heading} per ISO week, as estimated shares of the week's developers"
+    chart = stacked_shares(
+        ident,
+        title,
+        columns,
+        [*series, fold],
+        unit=unit,
+        empty="No week has enough developers released to show shares.",
+        estimated=True,
+    )
+    legend = "".join(f"<li>{_swatch(s.cls)}<bdi>{esc(s.label)}</bdi></li>" for s in [*series, fold])
+    head = ['<th scope="col">Week</th>']
+    head += [f'<th scope="col" class="n"><bdi>{esc(s.label)}</bdi></th>' for s in series]
+    head.append(f'<th scope="col" class="n fold">{esc(fold_label)}: share</th>')
+    bars = dict(columns)
+    rows = []
+    for week in reversed(shown):
+        cells = week.cells.get(name, {})
+        if week.developers.fewer_than or not cells:
+            note = (
+                f"fewer than {week.developers.fewer_than:,} developers this week: no shares"
+                if week.developers.fewer_than
+                else "not released this week"
+            )
+            row = f'<td class="none" colspan="{len(series) + 1}">{note}</td>'
+        else:
+            row = "".join(
+                f'<td class="n">{_number(cells[s.label])}</td>' if s.label in cells else f'<td class="n">{_DASH}</td>'
+                for s in series
+            )
+            bar = bars.get(week.name) or {}
+            whole = sum(bar.values())
+            share = f"{100 * bar[fold.key] / whole:.0f}{_NBSP}%" if whole and fold.key in bar else _DASH
+            row += f'<td class="n">{share}</td>'
+        rows.append(f'<tr><th scope="row"><bdi>{esc(week.name)}</bdi></th>{row}</tr>')
+    caption = f"{esc(heading)}: estimated developers (95{_NBSP}% interval), newest week first"
+    table = _table(f"{ident}-table", caption, head, rows)
+    return (
+        f'<section aria-labelledby="{ident}-h"><h2 id="{ident}-h">{esc(heading)}</h2>'
+        f'<div class="pair"><figure>{chart}<ul class="legend">{legend}</ul></figure>{table}</div></section>'
+    )
+
+
+_UNIT_ORDER: Final = {"year": 0, "quarter": 1, "month": 2}
+"""Periods ending on the same day are listed from the longest to the shortest (2026, 2026-Q4, 2026-12)."""
+
+
+def _periods_section(periods: Sequence[_Released]) -> str:
+    ordered = sorted(periods, key=lambda p: (p.last_day, -_UNIT_ORDER.get(p.unit, 3), p.name), reverse=True)
+    if ordered:
+        rows = [
+            f'<tr><th scope="row"><bdi>{esc(p.name)}</bdi></th><td>{esc(p.unit)}</td>{_number_cells(p.developers)}'
+            f'<td class="n">{_eps(p.epsilon)}</td><td>{_when(p.made)[:10]}</td></tr>'
+            for p in ordered
+        ]
+        head = [
+            '<th scope="col">Period</th>',
+            '<th scope="col">Unit</th>',
+            '<th scope="col" class="n">Distinct developers</th>',
+            f'<th scope="col" class="n">95{_NBSP}% interval</th>',
+            '<th scope="col" class="n">&#949;</th>',
+            '<th scope="col">Released</th>',
+        ]
+        caption = "Distinct developers in each month, quarter and year (one final release each), newest first"
+        body = (
+            "<p>A developer active in several weeks of a month counts once in the month, so these are not sums "
+            f"of the weeks.</p>{_table('periods-table', caption, head, rows)}"
+        )
+    else:
+        body = (
+            "<p>None released yet: a month, a quarter or a year is released once the week holding its last day "
+            "has closed.</p>"
+        )
+    return (
+        '<section aria-labelledby="periods-h"><h2 id="periods-h">Months, quarters and years</h2>'
+        f"{body}</section>"
+    )
+
+
+def _public_method(doc: dict[str, object], weeks: Sequence[_Released]) -> str:
+    epsilon = _float(doc.get("epsilon"))
+    min_count = _int(doc.get("min_count"))
+    share = f"{100 * PROVISIONAL_SHARE:.0f}{_NBSP}%"
+    year = 53 + 12 + 4 + 1  # ISO weeks touching a year, its months, its quarters, the year itself
+    margin = ""
+    if weeks:
+        latest = weeks[-1]
+        margin = (
+            f" For <bdi>{esc(latest.name)}</bdi> that margin is &#177;{latest.margin:,}, so its numbers below "
+            f"{latest.threshold:,} are shown as &#8220;fewer than {latest.threshold:,}&#8221;."
+        )
+    items = [
+        "<li><strong>Differential privacy.</strong> Every number here is a true count plus random noise, drawn "
+        "by the discrete Laplace mechanism of the OpenDP library when the number was released. The noise "
+        "protects each developer; &#949; (epsilon), the privacy budget, says how much: the smaller, the "
+        f"more noise and the stronger the protection. This collector spends &#949; = {_eps(epsilon)} per "
+        "developer for each week, and again for each month, quarter and year. The &#949; columns show what "
+        "each period's releases spent.</li>",
+        "<li><strong>What it means for you.</strong> With &#949; = "
+        f"{_eps(epsilon)}, anything published about a week changes in probability by at most a factor "
+        f"e<sup>&#949;</sup> &#8776; {_factor(epsilon)}, whether or not you took part that week, and whichever "
+        "versions you used. The same holds for each month, quarter and year. Across periods the budgets add "
+        "up: for a developer active all year, everything published about that year is covered by "
+        f"{year} &#215; &#949; = {_eps(year * epsilon)} at most (53 weeks, 12 months, 4 quarters and the year "
+        "itself).</li>",
+        "<li><strong>Counted once.</strong> A developer is an anonymous client id: a random id kept in one "
+        "user's configuration on one machine. In a week each developer counts once in the total and once in "
+        "each breakdown, under the newest version they used that week (the newest application and Python "
+        "version; of operating systems, the last by name). Every value of a fixed list is released, zero or "
+        "not, so which values appear says nothing about anyone; any other version counts as "
+        "&#8220;other&#8221;.</li>",
+        "<li><strong>Estimates and 95&#160;% intervals.</strong> An estimate is the released number, shown as 0 "
+        "if the noise took it below zero. Its interval is the released number plus or minus the release's "
+        "margin: the noise stays within that margin with probability at least 95&#160;%, so the interval "
+        "holds the true count 19 times in 20. A breakdown need not add up to its week's total: each number "
+        f"carries its own noise.{margin}</li>",
+        f"<li><strong>&#8220;Fewer than N&#8221;.</strong> An estimate below N, the larger of {min_count:,} and "
+        "the release's margin, cannot be told apart from zero, so it is shown only as &#8220;fewer than "
+        "N&#8221;, neither its estimate nor its interval; the share charts fold such values into one light "
+        "grey series, &#8220;fewer than N each&#8221;, drawn as what the week's total leaves. This only "
+        "changes how released numbers are shown: it spends no privacy budget.</li>",
+        "<li><strong>Released once, never recomputed.</strong> A week is released provisionally once it has "
+        f"ended (with {share} of its &#949;) and finally once it has closed, when none of its events can arrive "
+        "any more (with the rest). A month, a quarter and a year get one final release each, of their distinct "
+        "developers only. Each release is made once and stored: this page, its JSON and the downloads only show "
+        "stored releases, so reloading them tells nothing new, and late events, a developer's request to "
+        "forget their id, and the deletion of old events never change a release already made.</li>",
+        "<li><strong>What the collector keeps.</strong> It stores no IP address, and of each event only the "
+        "day, not the time.</li>",
+    ]
+    return (
+        '<section aria-labelledby="method-h"><h2 id="method-h">How these numbers are made</h2>'
+        f'<ul class="method">{"".join(items)}</ul></section>'
+    )
+
+
+def _data_section(doc: dict[str, object]) -> str:
+    json_path, csv_path = _downloads(doc)
+    licence = _licence(_str(doc.get("licence")))
+    return (
+        '<section aria-labelledby="data-h"><h2 id="data-h">Downloads and licence</h2>'
+        f"<p>Every release as it was made, with its &#949;, mechanism, noise scale and margin, and the raw noisy "
+        f'counts (which can be below zero): <a href="{esc(json_path)}">releases.json</a> (JSON) and '
+        f'<a href="{esc(csv_path)}">releases.csv</a> (CSV, one number per row). The numbers of this page: '
+        f'<a href="{esc(STATS_PATH)}">{esc(STATS_PATH)}</a> (JSON). The released numbers are licensed under '
+        f"{licence}.</p></section>"
+    )
+
+
+def render_public(doc: dict[str, object]) -> str:
+    """The public page (``GET /``) of ``doc``, the public document (:func:`._public.document`).
+
+    A function of ``doc`` alone (no clock), so every process renders the same bytes for the same releases.
+    """
+    app = _str(doc.get("app"))
+    min_count = _int(doc.get("min_count"))
+    weeks = [_released(item, "week", min_count) for item in _list(doc.get("weeks"))]
+    weeks.sort(key=lambda w: w.name)
+    periods = [
+        _released(item, unit, min_count)
+        for unit, key in (("month", "months"), ("quarter", "quarters"), ("year", "years"))
+        for item in _list(doc.get(key))
+    ]
+    window = _window([w.name for w in weeks])
+    json_path, csv_path = _downloads(doc)
+    name = esc(app)
+    sections = [_public_trend(weeks, window)] if weeks else []
+    if weeks:
+        sections += [_public_breakdown(section, weeks, window, app) for section in _PUBLIC_SECTIONS]
+    body = (
+        f"<h1><bdi>{name}</bdi> developers per week</h1>"
+        f'<p class="lead">Distinct anonymous developers of <bdi>{name}</bdi> per ISO week, counted by a self-hosted '
+        "spool_reporter collector from the reports of its developer commands, and released with differential "
+        "privacy: every number is an estimate with random noise added, shown with its 95&#160;% interval.</p>"
+        f"{_headline(weeks)}"
+        f"{_schedule(_str(doc.get('made')), weeks)}"
+        f'<p>Every release: <a href="{esc(json_path)}">JSON</a>, <a href="{esc(csv_path)}">CSV</a>. '
+        f"Licence: {_licence(_str(doc.get('licence')))}. How these numbers are made, and what they protect: "
+        "below.</p>"
+        f"{''.join(sections)}"
+        f"{_periods_section(periods)}"
+        f"{_public_method(doc, weeks)}"
+        f"{_data_section(doc)}"
+        f"<footer>Released numbers of a spool_reporter collector; page made by spool_reporter "
+        f"{esc(__version__)}.</footer>"
+    )
+    return _page(f"{name} developers per week", body)
+
+
+# -- the operator's page: the full numbers ------------------------------------------------------------------
 
 
 def _series(columns: Sequence[dict[str, int]]) -> list[str]:
@@ -145,25 +683,14 @@ def _fold(counts: dict[str, int], series: Sequence[str]) -> dict[str, int]:
     return kept
 
 
-def _swatch(index: int, name: str) -> str:
-    cls = OTHER_CLASS if name == OTHER else SERIES_CLASSES[index % len(SERIES_CLASSES)]
-    return f'<span class="sw {cls}" aria-hidden="true"></span>'
-
-
-def _table(ident: str, caption: str, head: list[str], rows: list[str]) -> str:
-    return (
-        f'<div class="table" role="region" aria-labelledby="{ident}-c" tabindex="0"><table>'
-        f'<caption id="{ident}-c">{caption}</caption><thead><tr>{"".join(head)}</tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table></div>"
-    )
-
-
-def _trend_section(weeks: Sequence[Week], window: list[str], public: None) -> str:
+def _trend_section(weeks: Sequence[Week], window: list[str]) -> str:
     known = {w.week: w for w in weeks}
-    points = [(label, known[label].developers if label in known else None if public else 0) for label in window]
+    # The full numbers: a week without events had none, so it is drawn as a zero.
+    points: list[tuple[str, int | None]] = [
+        (label, known[label].developers if label in known else 0) for label in window
+    ]
     span = f", {window[0]} to {window[-1]}" if window else ""
-    empty = f"No week has reached {public.min_count} developers yet." if public else "No events have been received yet."
-    chart = trend("trend", f"Distinct developers per ISO week{span}", points, empty=empty)
+    chart = trend("trend", f"Distinct developers per ISO week{span}", points, empty="No events have been received yet.")
     rows = [
         f'<tr><th scope="row">{esc(w.week)}</th><td class="n">{w.developers:,}</td><td class="n">{w.events:,}</td></tr>'
         for w in reversed([known[label] for label in window if label in known])
@@ -180,34 +707,34 @@ def _trend_section(weeks: Sequence[Week], window: list[str], public: None) -> st
     )
 
 
-def _breakdown_section(
-    section: tuple[str, str, str, str], weeks: Sequence[Week], window: list[str], *, app: str, public: bool
-) -> str:
+def _breakdown_section(section: tuple[str, str, str, str], weeks: Sequence[Week], window: list[str], app: str) -> str:
     name, ident, heading, unit = section
     heading = heading.format(app=app)
     known = {w.week: w for w in weeks}
     shown = [known[label] for label in window if label in known]
-    series = _series([getattr(w, name) for w in shown])
-    folded = {w.week: _fold(getattr(w, name), series) for w in shown}
+    names = _series([getattr(w, name) for w in shown])
+    folded = {w.week: _fold(getattr(w, name), names) for w in shown}
+    series = [
+        Series(value, value, OTHER_CLASS if value == OTHER else SERIES_CLASSES[i % len(SERIES_CLASSES)])
+        for i, value in enumerate(names)
+    ]
     columns = [(label, folded.get(label) or None) for label in window]
     title = f"{heading} per ISO week, as shares of the week's {unit}"
-    empty = "Not published for these weeks: see how these numbers are made, below." if public else "Nothing to show."
-    chart = stacked_shares(ident, title, columns, series, unit=unit, empty=empty)
-    legend = "".join(f"<li>{_swatch(i, s)}<bdi>{esc(s)}</bdi></li>" for i, s in enumerate(series))
-    head = ['<th scope="col">Week</th>'] + [f'<th scope="col" class="n"><bdi>{esc(s)}</bdi></th>' for s in series]
+    chart = stacked_shares(ident, title, columns, series, unit=unit, empty="Nothing to show.")
+    legend = "".join(f"<li>{_swatch(s.cls)}<bdi>{esc(s.label)}</bdi></li>" for s in series)
+    head = ['<th scope="col">Week</th>'] + [f'<th scope="col" class="n"><bdi>{esc(s)}</bdi></th>' for s in names]
     rows = []
     for week in reversed(shown):
         counts = folded[week.week]
         total = sum(counts.values())
         if not counts:
-            note = "not published this week: it would reveal a small group (see below)" if public else "none"
-            cells = f'<td class="none" colspan="{max(1, len(series))}">{note}</td>'
+            cells = f'<td class="none" colspan="{max(1, len(names))}">none</td>'
         else:
             cells = "".join(
                 f'<td class="n">{counts[s]:,} ({100 * counts[s] / total:.0f}%)</td>'
                 if s in counts
-                else '<td class="n">&#8211;</td>'
-                for s in series
+                else f'<td class="n">{_DASH}</td>'
+                for s in names
             )
         rows.append(f'<tr><th scope="row">{esc(week.week)}</th>{cells}</tr>')
     caption = f"{esc(heading)}, newest week first"
@@ -218,96 +745,53 @@ def _breakdown_section(
     )
 
 
-def _method(app: str, public: None) -> str:
-    common = (
+def _method(app: str) -> str:
+    items = (
+        "<li><strong>These are the full numbers, for the collector's operator:</strong> exact counts, with no "
+        "noise and no threshold. Do not publish them. The public page (<code>GET /</code>), "
+        "<code>GET /v1/stats</code> and the downloads show only releases made with differential privacy "
+        "(<code>collector stats --public</code> shows them).</li>"
         "<li>A developer is a distinct anonymous client id: a random id kept in one user's configuration on "
         "one machine. Weeks are ISO 8601 weeks of when the command ran.</li>"
-        f"<li>A developer who used two {app} or Python versions in one week counts under both, so the shares "
-        "are of the week's developer-version pairs, and a week's numbers can add up to more than its "
-        "developers.</li>"
-        "<li>No IP address, request header or arrival time is stored by the collector.</li>"
+        f"<li>A developer who used two {app} or Python versions in one week counts under both here, so the "
+        "shares are of the week's developer-version pairs, and a week's numbers can add up to more than its "
+        "developers. (The public releases count each developer once per breakdown.)</li>"
+        "<li>The collector stores no IP address and no request header, and of each event only the day.</li>"
     )
-    if public is None:
-        rule = (
-            "<li><strong>These are the full numbers, for the collector's operator:</strong> no threshold is "
-            "applied. The public page (<code>GET /</code>) and <code>GET /v1/stats</code> merge small groups "
-            "first (<code>collector stats --min-count</code> shows what they publish).</li>"
-        )
-    else:
-        k = public.min_count
-        rule = (
-            f"<li><strong>Every number here counts at least {k} developers.</strong> A version or operating "
-            f"system used by fewer than {k} developers in a week is merged into &#8220;other&#8221;, and so is "
-            f"one whose complement would be smaller than {k}; if &#8220;other&#8221; would still hold fewer "
-            f"than {k}, the next smallest value joins it, so that no small group can be worked out by "
-            "subtraction from the week's total.</li>"
-            f"<li>Weeks with fewer than {k} developers are not shown. A breakdown is not published for a "
-            f"week in which between 1 and {k - 1} developers were counted under two values.</li>"
-            "<li>Commands are not published: they are counted in events, and an event count says nothing "
-            "about how many developers ran them.</li>"
-        )
     return (
         '<section aria-labelledby="method-h"><h2 id="method-h">How these numbers are made</h2>'
-        f'<ul class="method">{rule}{common}</ul></section>'
-    )
-
-
-def render_public(doc: dict[str, object]) -> str:
-    """The public page of the released numbers (``GET /``): stub, replaced by the full page."""
-    import json
-
-    return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en"><head><meta charset="utf-8"/>'
-        f'<meta http-equiv="Content-Security-Policy" content="{esc(CSP)}"/>'
-        f"<title>developers</title><style>{_CSS}</style></head><body><main><pre>{esc(json.dumps(doc))}</pre>"
-        "</main></body></html>\n"
+        f'<ul class="method">{items}</ul></section>'
     )
 
 
 def render_html(doc: Stats, *, generated: datetime.datetime | None = None) -> str:
-    """The operator's page of ``doc`` (the full numbers) as one HTML document (write UTF-8)."""
-    public = None
+    """The operator's page of ``doc`` (the full numbers) as one HTML document (write UTF-8). Never served:
+    the public page is :func:`render_public`."""
     when = (generated or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     app = esc(doc.app)
     weeks = doc.weeks
-    window = _window(weeks)
-    shown = [w for w in weeks if w.week in set(window)]
-    if isinstance(doc, Published):
-        latest = f"in {esc(weeks[-1].week)}" if weeks else "in the latest week"
-        latest_developers = weeks[-1].developers if weeks else 0
-        summary = (
-            f"<li><strong>{latest_developers:,}</strong> {plural(latest_developers, 'developer')} {latest}</li>"
-            f"<li><strong>{len(weeks)}</strong> {plural(len(weeks), 'week')} shown</li>"
-            f"<li><strong>&#8805; {doc.min_count}</strong> developers behind every number</li>"
-        )
-        lead_rule = f"To protect small groups, every number counts at least {doc.min_count} developers."
-    else:
-        summary = (
-            f"<li><strong>{doc.developers:,}</strong> {plural(doc.developers, 'developer')} in all</li>"
-            f"<li><strong>{doc.events:,}</strong> {plural(doc.events, 'event')}</li>"
-            f"<li><strong>{len(weeks)}</strong> {plural(len(weeks), 'week')} with events</li>"
-        )
-        lead_rule = "The full numbers, for the operator: no threshold applied."
-    sections = [_trend_section(weeks, window, public)]
-    for section in _SECTIONS:
-        # A breakdown of developers withheld in every week shown still gets its section, which says so.
-        if any(getattr(w, section[0]) for w in shown) or (public and shown and section[0] in BREAKDOWNS):
-            sections.append(_breakdown_section(section, weeks, window, app=doc.app, public=public is not None))
-    return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en"><head><meta charset="utf-8"/>'
-        '<meta name="viewport" content="width=device-width, initial-scale=1"/>'
-        # Nothing may load or run, even if a value slipped past the escaping.
-        f'<meta http-equiv="Content-Security-Policy" content="{esc(CSP)}"/>'
-        '<meta name="referrer" content="no-referrer"/>'
-        f"<title>{app} developers per week</title><style>{_CSS}</style></head><body><main>"
+    window = _window([w.week for w in weeks])
+    in_window = set(window)
+    shown = [w for w in weeks if w.week in in_window]
+    summary = (
+        f"<li><strong>{doc.developers:,}</strong> {plural(doc.developers, 'developer')} in all</li>"
+        f"<li><strong>{doc.events:,}</strong> {plural(doc.events, 'event')}</li>"
+        f"<li><strong>{len(weeks)}</strong> {plural(len(weeks), 'week')} with events</li>"
+    )
+    sections = [_trend_section(weeks, window)]
+    sections += [
+        _breakdown_section(section, weeks, window, doc.app)
+        for section in _SECTIONS
+        if any(getattr(w, section[0]) for w in shown)
+    ]
+    body = (
         f"<h1>{app} developers per week</h1>"
         f'<p class="lead">Distinct anonymous developers per ISO week, counted by a self-hosted spool_reporter '
-        f"collector from the reports of {app}'s developer commands. {esc(lead_rule)}</p>"
+        f"collector from the reports of {app}'s developer commands. The full numbers, for the operator: no "
+        "noise, no threshold applied.</p>"
         f'<ul class="summary">{summary}</ul>'
         f"{''.join(sections)}"
-        f"{_method(app, public)}"
+        f"{_method(app)}"
         f"<footer>Generated {esc(when)} by spool_reporter {esc(__version__)}.</footer>"
-        "</main></body></html>\n"
     )
+    return _page(f"{app} developers per week", body)

@@ -288,7 +288,9 @@ class SQLiteStore(Store):
             for target in range(version + 1, SCHEMA_VERSION + 1):
                 for statement in MIGRATIONS[target]:
                     conn.execute(statement)
-            conn.execute("UPDATE release_state SET first_week = ? WHERE first_week = ''", (_store.this_week(time.time()),))
+            conn.execute(
+                "UPDATE release_state SET first_week = ? WHERE first_week = ''", (_store.this_week(time.time()),)
+            )
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:

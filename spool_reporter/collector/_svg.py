@@ -1,4 +1,5 @@
-"""Inline SVG charts for the collector's page: a trend line and stacked shares, one column per ISO week.
+"""Inline SVG charts for the collector's pages: a trend line (exact counts, for the operator), a trend of
+estimates with their 95 % intervals (the public releases), and stacked shares, one column per ISO week.
 
 The charts have no ``viewBox``: vertical positions are CSS pixels of a fixed height and horizontal ones
 are percentages of the chart's width, so a chart fills a phone's 390 px or a desktop's column while its
@@ -6,9 +7,14 @@ text keeps its size (a scaled ``viewBox`` would shrink 12 px labels to 6 px on a
 labels sit in a gutter left of the chart (``overflow: visible``, a CSS margin), and the page's
 stylesheet hides every other week label on narrow screens (class ``wide``).
 
+The public trend's uncertainty band is the one shape that cannot be drawn in percentages (a ``<path>`` takes
+only user units): it lives in a nested ``<svg>`` whose ``viewBox`` is one unit per week and whose
+``preserveAspectRatio="none"`` stretches it over the chart's width. It has a fill and no stroke, so the
+stretch distorts nothing a reader could see.
+
 No ``style`` attribute anywhere: the page's Content-Security-Policy allows its one stylesheet by hash,
-and colours come from classes (``s0``..``s8``, ``so`` for "other"). Every client-supplied string is
-escaped here (:func:`esc`); callers pass raw values.
+and colours come from classes (``s0``..``s8``, ``so`` for "other", ``sf`` for the values folded into
+"fewer than N each"). Every client-supplied string is escaped here (:func:`esc`); callers pass raw values.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ import re
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import Final
+    from typing import Final, NamedTuple
+else:
+    from typing import NamedTuple
 
 HEIGHT: Final = 272
 """Chart height in CSS pixels: the plot, then a band for the week labels."""
@@ -28,9 +36,35 @@ PLOT_TOP: Final = 12
 PLOT_H: Final = 220
 LABEL_Y: Final = PLOT_TOP + PLOT_H + 22
 
+WIDE_LABELS: Final = 10
+"""Week labels under a chart at most (a desktop's chart is 600 px or more)."""
+NARROW_LABELS: Final = 4
+"""Week labels left on a phone (below 40rem; the page's stylesheet hides the others)."""
+
 SERIES_CLASSES: Final = tuple(f"s{i}" for i in range(9))
 """Colour classes of the named series of a stacked chart (the page's stylesheet defines them)."""
 OTHER_CLASS: Final = "so"
+"""The colour class of the "other" value (grey)."""
+FOLD_CLASS: Final = "sf"
+"""The colour class of the values folded together on the public page ("fewer than N each": light grey)."""
+
+
+class Series(NamedTuple):
+    """One series of a stacked chart: the key of its counts, the label a reader sees, its colour class."""
+
+    key: str
+    label: str
+    cls: str
+
+
+class Estimate(NamedTuple):
+    """A released number as the public page shows it (``._public.number``)."""
+
+    estimate: int
+    low: int
+    high: int
+    fewer_than: int = 0
+    """Above 0: the estimate is below this and is shown only as "fewer than N" (never the estimate itself)."""
 
 
 _UNSAFE: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
@@ -61,14 +95,16 @@ def nice_max(value: int) -> int:
 
 
 def _week_labels(weeks: Sequence[str]) -> list[str]:
-    """Labels under every ``wide``-th week; every other one of them only on wide screens."""
+    """Labels under at most :data:`WIDE_LABELS` weeks; at most :data:`NARROW_LABELS` of them on narrow screens
+    (the others have class ``wide``): a label is about 55 px wide, a phone's chart about 300 px."""
     n = len(weeks)
-    every = max(1, math.ceil(n / 10))
+    every = max(1, math.ceil(n / WIDE_LABELS))
+    narrow = every * math.ceil(math.ceil(n / every) / NARROW_LABELS)
     out = []
     for i, week in enumerate(weeks):
         if i % every:
             continue
-        cls = "" if i % (2 * every) == 0 else ' class="wide"'
+        cls = "" if i % narrow == 0 else ' class="wide"'
         # Near the right edge a centred label would stick out of the page on a phone: end it at its slot.
         x, anchor = (_x(i + 1, n), "end") if n > 1 and (i + 0.5) / n > 0.88 else (_x(i + 0.5, n), "middle")
         out.append(f'<text x="{x}" y="{LABEL_Y}" text-anchor="{anchor}"{cls}>{esc(week)}</text>')
@@ -129,15 +165,17 @@ def stacked_shares(
     ident: str,
     title: str,
     columns: Sequence[tuple[str, dict[str, int] | None]],
-    series: Sequence[str],
+    series: Sequence[Series],
     *,
     unit: str,
     empty: str,
+    estimated: bool = False,
 ) -> str:
     """One bar of 100 % per week, split into the shares of ``series`` (bottom up, in that order).
 
-    ``columns`` is (week, {series name: count}) with every name in ``series``, or ``None`` for a week
-    without a bar. The last name of ``series`` gets the "other" colour if it is ``"other"``.
+    ``columns`` is (week, {series key: count}), or ``None`` for a week without a bar. With ``estimated``
+    the counts are released estimates: a segment says "about" its count, and the folded series
+    (:data:`FOLD_CLASS`) says only its share, since it stands for several values that are not shown one by one.
     """
     if not any(counts for _, counts in columns):
         return _empty(ident, title, empty)
@@ -155,18 +193,103 @@ def stacked_shares(
             continue
         x = f"{100 * (i + 0.14) / n:.3f}%"
         below = 0
-        for j, name in enumerate(series):
-            count = counts.get(name, 0)
+        for item in series:
+            count = counts.get(item.key, 0)
             if count <= 0:
                 continue
             y_top = _y(below + count, total)
             height = _y(below, total) - y_top
-            cls = OTHER_CLASS if name == "other" else SERIES_CLASSES[j % len(SERIES_CLASSES)]
             share = 100 * count / total
+            if not estimated:
+                said = f"{count:,} {esc(unit)} ({share:.0f}%)"
+            elif item.cls == FOLD_CLASS:
+                said = f"{share:.0f}% together"
+            else:
+                said = f"about {count:,} {esc(unit)} ({share:.0f}%)"
             parts.append(
-                f'<rect class="seg {cls}" x="{x}" y="{y_top:.2f}" width="{width:.3f}%" height="{height:.2f}">'
-                f"<title>{esc(week)}, {esc(name)}: {count:,} {esc(unit)} ({share:.0f}%)</title></rect>"
+                f'<rect class="seg {item.cls}" x="{x}" y="{y_top:.2f}" width="{width:.3f}%" height="{height:.2f}">'
+                f"<title>{esc(week)}, {esc(item.label)}: {said}</title></rect>"
             )
             below += count
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _band(points: Sequence[tuple[str, Estimate | None]], top: int) -> str:
+    """The 95 % intervals of the shown estimates as one filled band per run of consecutive shown weeks, in a
+    nested ``<svg>`` of one user unit per week (see the module's docstring)."""
+    n = len(points)
+    runs: list[list[tuple[int, Estimate]]] = []
+    previous = -2
+    for i, (_, value) in enumerate(points):
+        if value is None or value.fewer_than:
+            continue
+        if i != previous + 1:
+            runs.append([])
+        runs[-1].append((i, value))
+        previous = i
+    paths = []
+    for run in runs:
+        # From the left edge of the run's first slot to the right edge of its last, through each week's middle:
+        # a week alone still gets a visible band.
+        first, last = run[0], run[-1]
+        upper = [(first[0], first[1].high)] + [(i + 0.5, v.high) for i, v in run] + [(last[0] + 1, last[1].high)]
+        lower = [(last[0] + 1, last[1].low)] + [(i + 0.5, v.low) for i, v in reversed(run)] + [(first[0], first[1].low)]
+        d = " ".join(f"{'M' if j == 0 else 'L'}{x:g} {_y(y, top):.1f}" for j, (x, y) in enumerate(upper + lower))
+        paths.append(f'<path class="band" d="{d} Z"/>')
+    return (
+        f'<svg x="0" y="0" width="100%" height="{HEIGHT}" viewBox="0 0 {n} {HEIGHT}" preserveAspectRatio="none" '
+        f'aria-hidden="true">{"".join(paths)}</svg>'
+    )
+
+
+def estimates_trend(ident: str, title: str, points: Sequence[tuple[str, Estimate | None]], *, empty: str) -> str:
+    """A line of released weekly estimates in the band of their 95 % intervals.
+
+    ``points`` is (week, estimate), ``None`` for a week without a release (the line breaks there). A week whose
+    estimate is "fewer than N" gets no point, no line and no band: only a dashed outline from 0 to N, which
+    shows what is known (below N) and not the estimate.
+    """
+    shown = [v for _, v in points if v is not None]
+    if not shown:
+        return _empty(ident, title, empty)
+    n = len(points)
+    top = nice_max(max(v.fewer_than or v.high for v in shown))
+    parts = _open(
+        ident,
+        title,
+        "A line of the estimated developers per week, in a band holding each week's 95 % interval. "
+        "The table beside it has the numbers.",
+    )
+    for i in range(5):
+        tick = top * i // 4
+        y = _y(tick, top)
+        parts.append(f'<line class="grid" x1="0" y1="{y:.1f}" x2="100%" y2="{y:.1f}"/>')
+        parts.append(f'<text x="-8" y="{y + 4:.1f}" text-anchor="end">{tick:,}</text>')
+    parts.append(_band(points, top))
+    parts.extend(_week_labels([week for week, _ in points]))
+    for i, (week, value) in enumerate(points):
+        if value is not None and value.fewer_than:
+            y_top = _y(value.fewer_than, top)
+            parts.append(
+                f'<rect class="few" x="{_x(i + 0.2, n)}" y="{y_top:.1f}" width="{60 / n:.3f}%" '
+                f'height="{_y(0, top) - y_top:.1f}"><title>{esc(week)}: fewer than {value.fewer_than:,} '
+                "developers</title></rect>"
+            )
+    for i in range(n - 1):
+        a, b = points[i][1], points[i + 1][1]
+        if a is not None and b is not None and not a.fewer_than and not b.fewer_than:
+            parts.append(
+                f'<line class="trend" x1="{_x(i + 0.5, n)}" y1="{_y(a.estimate, top):.1f}" '
+                f'x2="{_x(i + 1.5, n)}" y2="{_y(b.estimate, top):.1f}"/>'
+            )
+    for i, (week, value) in enumerate(points):
+        if value is not None and not value.fewer_than:
+            plural = "" if value.estimate == 1 else "s"
+            parts.append(
+                f'<circle class="point" cx="{_x(i + 0.5, n)}" cy="{_y(value.estimate, top):.1f}" r="3">'
+                f"<title>{esc(week)}: about {value.estimate:,} developer{plural} "
+                f"(95 %: {value.low:,}&#8211;{value.high:,})</title></circle>"
+            )
     parts.append("</svg>")
     return "".join(parts)

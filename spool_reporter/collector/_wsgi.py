@@ -15,9 +15,11 @@ It reads nothing from the request but the method, the path, ``Content-Type``, ``
 client address (``X-Forwarded-For``, ``Forwarded``) are never read, stored or logged; the application
 logs nothing per request at all.
 
-``GET /``, ``GET /v1/stats`` and the downloads serve the public releases (:mod:`._public`): numbers made once,
-with differential privacy, by the roll-up (:mod:`._release`), and stored; a request never counts anything. ``POST /v1/forget`` with ``{"client_id": "<uuid4>"}`` deletes every stored event of that
-client id and answers ``{"deleted": n}``; the roll-ups of closed weeks hold no client id and are not touched.
+``GET /``, ``GET /v1/stats`` and the downloads serve the public releases (:mod:`._public`): numbers made
+once, with differential privacy, by the roll-up (:mod:`._release`), and stored; a request never counts
+anything. ``POST /v1/forget`` with ``{"client_id": "<uuid4>"}`` deletes every stored event of that client id
+and answers ``{"deleted": n}``; the roll-ups of closed weeks and the releases hold no client id and are not
+touched.
 
 Ingest also keeps the retention (:mod:`._rollup`): at most once per ``rollup_every`` seconds, a batch starts a
 roll-up in a background thread of this process, so that no request waits for it.
