@@ -25,7 +25,7 @@ from test_collector_stores import BACKENDS
 from spool_reporter._hook import iso_time
 from spool_reporter.collector import CollectorError, Retention, open_store, stats
 from spool_reporter.collector._rollup import check_retention, closing_week, rollup
-from spool_reporter.collector._store import LATE, SCHEMA_VERSION, Row, Store, week_before, week_of_valid
+from spool_reporter.collector._store import LATE, SCHEMA_VERSION, Row, Store, this_week, week_before, week_of_valid
 
 DAY = 86400.0
 NOW = datetime.datetime(2027, 3, 3, 12, tzinfo=datetime.timezone.utc).timestamp()  # a Wednesday of 2027-W09
@@ -450,3 +450,67 @@ def test_serve_and_the_wsgi_module_take_the_retention(tmp_path: Path) -> None:
         )
     with pytest.raises(CollectorError, match="must be a number"):
         wsgi.from_environ({**env, "SPOOL_REPORTER_COLLECTOR_ROLLUP_EVERY": "hourly"})
+
+
+# -- the public releases, from the command line ---------------------------------------------------------------
+
+
+def _collector(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "spool_reporter.collector", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_release_commands(db_url: str) -> None:
+    """``migrate --first-week`` chooses the first week released, ``rollup`` makes the releases due and says which,
+    ``stats --public`` shows exactly what was released; bad values are usage errors that say why."""
+    from spool_reporter.collector import public
+
+    now = datetime.datetime.now(datetime.timezone.utc).timestamp()
+    first = this_week(now - 9 * 7 * DAY)
+    store = open_store(db_url)
+    try:
+        store.insert([row(("dev", i), now - back * 7 * DAY) for i in range(5) for back in range(8)])
+    finally:
+        store.close()
+    bad = _collector("migrate", "--db", db_url, "--first-week", "2026-W54")
+    assert bad.returncode == 2  # argparse's usage line, then the reason
+    assert bad.stderr.splitlines()[-1].endswith("not an ISO week like 2026-W49: '2026-W54'")
+    chosen = _collector("migrate", "--db", db_url, "--first-week", first)
+    assert chosen.returncode == 0, chosen.stderr
+    assert chosen.stdout.endswith(f"public releases start with week {first}\n")
+    for epsilon in ("0", "11", "nan", "lots"):
+        refused = _collector("rollup", "--db", db_url, "--epsilon", epsilon)
+        assert refused.returncode == 2
+        assert "epsilon must be a number above 0 and at most 10" in refused.stderr
+    nothing = _collector("stats", "--db", db_url, "--public")
+    assert nothing.returncode == 0
+    assert "nothing released yet" in nothing.stdout
+    done = _collector("rollup", "--db", db_url, "--epsilon", "0.5", "--data-license", "CC0-1.0")
+    assert (done.returncode, done.stderr) == (0, "")
+    made = re.search(r"^released publicly: (.*)$", done.stdout, re.MULTILINE)
+    assert made is not None, done.stdout
+    assert f"{first} final" in made.group(1)
+    assert f"{week_before(this_week(now))} provisional" in made.group(1)
+    again = _collector("rollup", "--db", db_url)
+    assert "released publicly" not in again.stdout  # made once: nothing is due a second time
+    shown = _collector("stats", "--db", db_url, "--public", "--json")
+    assert shown.returncode == 0
+    doc = json.loads(shown.stdout)
+    store = open_store(db_url, create=False)
+    try:
+        assert doc == json.loads(json.dumps(public(store)))
+        releases = store.releases("Django")
+    finally:
+        store.close()
+    weeks = [r for r in releases if "-W" in r.period]
+    assert weeks
+    assert all(r.epsilon <= 0.25 + 1e-9 for r in weeks)  # --epsilon 0.5 per week, half per release
+    assert doc["weeks"][0]["week"] == first
+    text = _collector("stats", "--db", db_url, "--public").stdout
+    assert f"  {first}  final" in text
+    assert "epsilon 1 per developer per period" in text  # the display's settings; each release keeps its own ε

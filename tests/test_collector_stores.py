@@ -16,7 +16,7 @@ from pathlib import Path
 import pg
 import pytest
 from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
-from test_collector import CLOCK, POLICY, _populate, batch, event, rows_of
+from test_collector import CLOCK, POLICY, _call, _populate, batch, event, rows_of
 
 from spool_reporter.collector import CollectorError, Limits, Policy, make_app, open_store, stats
 from spool_reporter.collector._store import COLUMNS, OVER_CAP, SCHEMA_VERSION, Store, redact
@@ -174,7 +174,9 @@ def test_refuses_a_newer_schema(db_url: str, opened: list[Store]) -> None:
         conn.execute("PRAGMA user_version = 99")
         conn.close()
     for create in (True, False):
-        with pytest.raises(CollectorError, match=rf"has schema 99, newer than this collector's {SCHEMA_VERSION}: upgrade"):
+        with pytest.raises(
+            CollectorError, match=rf"has schema 99, newer than this collector's {SCHEMA_VERSION}: upgrade"
+        ):
             open_store(db_url, create=create)
 
 
@@ -232,8 +234,7 @@ def test_the_public_routes_run_on_both(db_url: str, tmp_path: Path) -> None:
                 assert status == "200 OK"
                 doc = json.loads(out)
                 assert doc == json.loads(json.dumps(public(app.store)))
-                page_status, page = _call(fresh, "GET", "/", b"", {})
-                assert page_status == "200 OK"
+                assert _call(fresh, "GET", "/", b"", {})[0] == "200 OK"
             finally:
                 fresh.store.close()
             shapes[name] = [(w["week"], w["release"], sorted(w["by_os"])) for w in doc["weeks"]]
@@ -343,3 +344,23 @@ def test_sqlite_files_are_private_whatever_the_umask() -> None:
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == ["0o600", "0o600", "0o600"]
         assert stat.S_IMODE(db.stat().st_mode) == 0o600
+
+
+def test_only_the_day_of_an_event_is_stored(db_url: str) -> None:
+    """The collector needs the day of an event, never its second: whatever time a batch carries, the stored
+    ``time`` is the day (and the new rows handed to a forwarder keep the time they came with)."""
+    app = make_app(db_url, policy=POLICY)
+    try:
+        events = [event(client=("dev", i), when=f"2026-12-0{1 + i}T{10 + i}:3{i}:5{i}Z") for i in range(3)]
+        body = batch(events)
+        headers = {"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body))}
+        assert _call(app, "POST", "/v1/batch", body, headers)[0] == "200 OK"
+        with app.store.reading() as reader:
+            stored = sorted(str(t) for (t,) in reader.query("SELECT time FROM events"))
+        assert stored == ["2026-12-01", "2026-12-02", "2026-12-03"]
+        inserted = app.store.insert(rows_of(batch([event(client="other", when="2026-12-04T23:59:59Z")])), want_new=True)
+        assert [r[10] for r in inserted.new] == ["2026-12-04T23:59:59Z"]
+        with app.store.reading() as reader:
+            assert reader.query("SELECT time FROM events WHERE time > '2026-12-03'") == [("2026-12-04",)]
+    finally:
+        app.store.close()
