@@ -200,6 +200,13 @@ def main() -> int:
             work,
             shown=f"django-spool collector stats --db {db.name}",
         )
+        # The public side: only stored releases, made with differential privacy once a week has ended.
+        show(
+            [*spool, "collector", "stats", "--db", str(db), "--public"],
+            env,
+            work,
+            shown=f"django-spool collector stats --db {db.name} --public",
+        )
         print("\ndemo: done - 3 real commands recorded, inspected, delivered and counted, all on this machine.")
         return 0
     finally:
