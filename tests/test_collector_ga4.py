@@ -112,6 +112,7 @@ def test_transport_output_round_trips() -> None:
             when=f"2026-11-{29 + i % 2}T08:15:{i:02d}Z",  # a Sunday (W48) and a Monday (W49)
             name=("startproject", "startapp", "runserver")[i % 3],
             os_name=("Linux", "macOS", "Windows", "Linux")[i % 4],
+            app_version=f"5.{i}",  # distinct content: a GA4 event's id is its content and its day, not its second
         )
         for i in range(60)
     ]
@@ -125,9 +126,9 @@ def test_transport_output_round_trips() -> None:
             app_version="6.0",
         )
     )
-    # Another spooled event (its own event_id) with the same content as the first: same client, command,
-    # second and parameters. GA4 payloads carry no id, so the collector cannot tell the two apart.
-    twin = event(client=0, when=str(events[0]["time"]), name="startproject", os_name="Linux")
+    # Another spooled event (its own event_id) with the same content as the first: same client, command, day
+    # and parameters. GA4 payloads carry no id, so the collector cannot tell the two apart.
+    twin = event(client=0, when="2026-11-29T23:59:59Z", name="startproject", os_name="Linux", app_version="5.0")
     assert twin["event_id"] != events[0]["event_id"]
     events.append(twin)
     now = event_time({"time": "2026-12-01T00:00:00Z"})
@@ -160,11 +161,13 @@ def test_event_id_is_derived_from_the_whole_content() -> None:
     changed = {
         ga4_event_id(det_uuid4("client", "other"), "startproject", 1796285748000000, params),
         ga4_event_id(client, "startapp", 1796285748000000, params),
-        ga4_event_id(client, "startproject", 1796285749000000, params),
+        ga4_event_id(client, "startproject", 1796285748000000 + 86400_000000, params),  # the next day
         *(ga4_event_id(client, "startproject", 1796285748000000, {**params, p: "changed"}) for p in PARAMS),
     }
     assert base not in changed
     assert len(changed) == 3 + len(PARAMS)
+    # The time of day is not in it (the collector keeps the day only): the id cannot give the second back.
+    assert base == ga4_event_id(client, "startproject", 1796285748000000 + 3_000000, params)
     # Values are delimited, not concatenated: moving text from one parameter to the next changes the id.
     one = ga4_event_id(client, "startproject", 1796285748000000, {**params, "app": "ab", "app_version": "c"})
     two = ga4_event_id(client, "startproject", 1796285748000000, {**params, "app": "a", "app_version": "bc"})
@@ -409,7 +412,9 @@ def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[
 
 def test_server_stores_ga4_payloads_once(server: CollectorServer) -> None:
     assert server.ga4_url == f"http://127.0.0.1:{server.port}/mp/collect"
-    events = [event(client=i % 4, when=f"2026-12-03T08:{i // 60:02d}:{i % 60:02d}Z") for i in range(90)]
+    events = [
+        event(client=i % 4, when=f"2026-12-03T08:{i // 60:02d}:{i % 60:02d}Z", app_version=f"5.{i}") for i in range(90)
+    ]
     sent = bodies(events)
     assert len(sent) == 4  # one request per client (23, 23, 22 and 22 events)
     for body in sent:
@@ -475,7 +480,7 @@ def test_ga4_payloads_are_forwarded_once(db: Path) -> None:
         endpoint = f"http://127.0.0.1:{fake.server_address[1]}/mp/collect"
         forward = GA4Forwarder(measurement_id="G-FORWARD1", api_secret="fwd", endpoint=endpoint, clock=lambda: NOW)
         with serve(db, forward=forward, policy=GA4_POLICY) as srv:
-            events = [event(client=i % 2, when=f"2026-12-03T08:15:{i:02d}Z") for i in range(30)]
+            events = [event(client=i % 2, when=f"2026-12-03T08:15:{i:02d}Z", app_version=f"5.{i}") for i in range(30)]
             sent = bodies(events)
             for body in sent + sent:  # every request twice: the copies are neither stored nor forwarded
                 assert post(srv.ga4_url + QUERY, body, probe_headers())[0] == 204

@@ -168,8 +168,8 @@ def test_ga4_pointed_at_the_collector_forgets_there(sandbox: Sandbox, app: App, 
         sandbox.env, collector.ga4_url, DJANGO_ANALYTICS_TRANSPORT="ga4", SPOOL_REPORTER_FLUSH_DEADLINE="10"
     )
     sandbox.write_user(app, "measurement_id=G-TEST\napi_secret=s3cret\n")
-    for k in range(3):  # in three seconds: a GA4 payload has no event id, so one second's twins count once
-        fill(app, env, 1, now=time.time() - k)
+    for k in range(3):  # on three days: a GA4 payload has no event id, so one day's twins count once
+        fill(app, env, 1, now=time.time() - k * 86400)
     assert _flush.run(app, foreground=True, environ=env, ignore_backoff=True).sent == 3
     result = forget(app, environ=env)
     assert (result.outcome, result.deleted) == ("forgotten", 3), result.message

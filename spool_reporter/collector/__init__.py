@@ -36,8 +36,9 @@ release, made once with differential privacy (``docs/collector.md``). ``POST /v1
 
 ``POST /mp/collect`` (:data:`GA4_PATH`) takes exactly what the ``ga4`` transport sends, so a client
 configured with ``transport=ga4`` can use this collector instead of Google: the query string
-(``measurement_id``, ``api_secret``) is ignored, each event gets an id derived from its content
-(identical events from one client in the same second count once), and success is ``204`` as from GA4.
+(``measurement_id``, ``api_secret``) is ignored, each event gets an id derived from its content and its
+day (identical events from one client on the same day count once: the collector keeps the day, never the
+second), and success is ``204`` as from GA4.
 """
 
 from __future__ import annotations

@@ -14,8 +14,10 @@ to store, an invalid one is counted by reason and never costs its neighbours.
 whole-second ``timestamp_micros``) is rebuilt as the project's event (``time`` from ``timestamp_micros`` in UTC,
 ``user_agent`` derived from the parameters as the hook derives it, ``schema`` 1) and judged by the same
 :func:`~spool_reporter._event.check`, so one validator guards both paths. GA4 payloads carry no event
-id: :func:`ga4_event_id` derives one from the event's content, so an identical resend (a flusher killed
-after the 2xx) is stored once -- and two identical events from one client in the same second count once.
+id: :func:`ga4_event_id` derives one from the event's content and its *day*, so an identical resend (a flusher
+killed after the 2xx) is stored once -- and two identical events from one client on the same day count once
+(the stored row keeps the day only, and an id derived from the second would give the second back to anyone
+who tries the day's 86,400 of them).
 
 **``/v1/forget``** (:func:`parse_forget`, ``django-spool forget``): the body is exactly ``{"client_id": "<uuid4>"}``,
 at most :data:`FORGET_MAX_BODY_BYTES` bytes.
@@ -57,7 +59,7 @@ GA4_MAX_BODY_BYTES: Final = _ga4.MAX_BODY_BYTES
 FORGET_MAX_BODY_BYTES: Final = 256
 """Body cap of ``/v1/forget``: ``{"client_id": "…"}`` is 53 bytes; room for spaces, not for anything else."""
 
-GA4_ID_DOMAIN: Final = b"spool_reporter/collector ga4 event id v1\n"
+GA4_ID_DOMAIN: Final = b"spool_reporter/collector ga4 event id v2\n"
 """Hashed before an event's content in :func:`ga4_event_id`: names the derivation, so it can change later."""
 
 _ROW_FIELDS: Final = COLUMNS[:-1]
@@ -190,13 +192,14 @@ def parse_batch(body: bytes, policy: Policy | None = None) -> Parsed:
 def ga4_event_id(client_id: str, name: str, timestamp_micros: int, params: dict[str, str]) -> str:
     """A uuid4-shaped event id derived from a GA4 event's whole content (GA4 payloads carry no event id).
 
-    SHA-256 over :data:`GA4_ID_DOMAIN` and the canonical JSON of ``[client_id, name, timestamp_micros,
-    [the values of PARAMS, in that order]]``, truncated to 128 bits with the version (4) and variant bits
-    set, so that :func:`spool_reporter._hook.is_uuid4` accepts it. The same event resent gets the same id
-    and is stored once; two identical events from one client in the same second get one id too.
+    SHA-256 over :data:`GA4_ID_DOMAIN` and the canonical JSON of ``[client_id, name, the UTC day of
+    timestamp_micros ("2026-12-03"), [the values of PARAMS, in that order]]``, truncated to 128 bits with the
+    version (4) and variant bits set, so that :func:`spool_reporter._hook.is_uuid4` accepts it. The same event
+    resent gets the same id and is stored once; two identical events from one client on the same day get one
+    id too. The time of day is left out on purpose: the collector keeps the day of an event, never its second.
     """
     canonical = json.dumps(
-        [client_id, name, timestamp_micros, [params[key] for key in _GA4_PARAMS]],
+        [client_id, name, iso_time(timestamp_micros // _MICROS)[:10], [params[key] for key in _GA4_PARAMS]],
         ensure_ascii=True,
         separators=(",", ":"),
     ).encode("ascii")
