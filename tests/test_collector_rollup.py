@@ -286,15 +286,16 @@ def test_retention_deletes_old_events_and_keeps_their_numbers(store: Store) -> N
     rollup(store, now=NOW, max_age=MAX_AGE)
     numbers = both_ways(store)[0]
     total = store.count()[0]
-    later = NOW + 400 * DAY - 8 * 7 * DAY  # the oldest weeks are now past a 400-day retention
+    keep = Retention().retain_days * DAY
+    later = NOW + keep - 8 * 7 * DAY  # the oldest weeks are now past the default retention
     done = rollup(store, now=later, max_age=MAX_AGE)
     assert done.deleted > 0
     assert store.count()[0] == total - done.deleted
     with store.reading() as reader:
         (oldest,) = reader.query("SELECT MIN(time) FROM events")
-    assert str(oldest[0]) >= iso_time(later - 400 * DAY)
+    assert str(oldest[0]) >= iso_time(later - keep)[:10]  # events keep their day only
     # The client ids kept beside the events go with them: the weeks wholly before the cutoff keep none.
-    cutoff_week = week_of_valid(iso_time(later - 400 * DAY))
+    cutoff_week = week_of_valid(iso_time(later - keep))
     with store.reading() as reader:
         weeks = reader.query("SELECT COUNT(*) FROM client_weeks WHERE week < ?", (cutoff_week,))
         apps = reader.query("SELECT COUNT(*) FROM client_apps WHERE last_week < ?", (cutoff_week,))
@@ -381,11 +382,11 @@ def test_rollup_command(db_url: str) -> None:
     closed = closing_week(now, MAX_AGE)
     assert re.fullmatch(
         rf".*: closed through {closed}; \d weeks? rolled up \(\d{{4}}-W\d\d to \d{{4}}-W\d\d\); 0 events older "
-        r"than 400 days deleted\n",
+        r"than 430 days deleted\n",
         done.stdout,
     ), done.stdout
     again = _rollup_cli(db_url)
-    assert again.stdout.endswith(f"closed through {closed}; 0 weeks rolled up; 0 events older than 400 days deleted\n")
+    assert again.stdout.endswith(f"closed through {closed}; 0 weeks rolled up; 0 events older than 430 days deleted\n")
     short = _rollup_cli(db_url, "--retain-days", "10")
     assert short.returncode == 2
     assert short.stderr.startswith("collector rollup: the retention (10 days) must be at least a week longer")
@@ -490,7 +491,7 @@ def test_release_commands(db_url: str) -> None:
     nothing = _collector("stats", "--db", db_url, "--public")
     assert nothing.returncode == 0
     assert "nothing released yet" in nothing.stdout
-    done = _collector("rollup", "--db", db_url, "--epsilon", "0.5", "--data-license", "CC0-1.0")
+    done = _collector("rollup", "--db", db_url, "--epsilon", "0.5")
     assert (done.returncode, done.stderr) == (0, "")
     made = re.search(r"^released publicly: (.*)$", done.stdout, re.MULTILINE)
     assert made is not None, done.stdout
@@ -511,6 +512,43 @@ def test_release_commands(db_url: str) -> None:
     assert weeks
     assert all(r.epsilon <= 0.25 + 1e-9 for r in weeks)  # --epsilon 0.5 per week, half per release
     assert doc["weeks"][0]["week"] == first
-    text = _collector("stats", "--db", db_url, "--public").stdout
+    text = _collector("stats", "--db", db_url, "--public", "--data-license", "CC0-1.0").stdout
     assert f"  {first}  final" in text
-    assert "epsilon 1 per developer per period" in text  # the display's settings; each release keeps its own ε
+    # The settings stated are the ones given (as serve's); each release keeps its own ε.
+    assert "epsilon 1 per developer per period; licence CC0-1.0" in text
+
+
+def test_the_default_retention_releases_every_year() -> None:
+    """A year is released once the week of its 31 December is closed, and only while the retention still holds
+    its 1 January: with the defaults that holds for every year (31 December on any weekday), with weeks of
+    slack; with the old 400 days a year ending on a Monday or a Tuesday was never released."""
+    from spool_reporter.collector._release import due
+
+    retain = Retention().retain_days
+    for year in range(2026, 2061):
+        last = datetime.date(year, 12, 31)
+        closing = last + datetime.timedelta(days=6 - last.weekday())  # the Sunday that ends its ISO week
+        when = datetime.datetime.combine(closing, datetime.time(), datetime.timezone.utc).timestamp()
+        released = []
+        for slack in (1, 28):  # the first roll-up after the week closed, and one four weeks late
+            now = when + MAX_AGE + slack * DAY
+            plans = due(
+                now=now,
+                first_week=f"{year - 1}-W40",
+                closed_through=closing_week(now, MAX_AGE),
+                retain_days=retain,
+                epsilon=1.0,
+                made=set(),
+            )
+            released.append(str(year) in {plan.period.name for plan in plans})
+        assert released == [True, True], year
+        old = due(
+            now=when + MAX_AGE + DAY,
+            first_week=f"{year - 1}-W40",
+            closed_through=closing_week(when + MAX_AGE + DAY, MAX_AGE),
+            retain_days=400,
+            epsilon=1.0,
+            made=set(),
+        )
+        if last.weekday() in (0, 1):
+            assert str(year) not in {plan.period.name for plan in old}, year

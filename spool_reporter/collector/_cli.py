@@ -76,7 +76,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
             help=f"{what} (default: %(default)g)",
         )
 
-    def add_publishing(parser: argparse.ArgumentParser) -> None:
+    def add_epsilon(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--epsilon",
             type=_epsilon,
@@ -85,6 +85,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
             help="the privacy budget of the public releases, per developer: for each week (its provisional and "
             "final releases together), and for each month, quarter and year (default: %(default)g)",
         )
+
+    def add_publishing(parser: argparse.ArgumentParser) -> None:
+        add_epsilon(parser)
         parser.add_argument(
             "--data-license",
             default="CC-BY-4.0",  # _release.LICENCE
@@ -187,6 +190,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help="with --public: the display threshold, as serve's (default: %(default)s)",
     )
+    add_publishing(stats)  # with --public: the settings the page and the document state, as serve's
     stats.add_argument("--app", default="Django", help="the application to report (default: %(default)s)")
 
     migrate = _command(
@@ -211,16 +215,19 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "rollup",
         cmd_rollup,
         db="the collector's database",
-        help="roll closed weeks up and delete raw events past the retention",
+        help="roll closed weeks up, make the public releases due, delete raw events past the retention",
         description="Close the weeks that can take no more events (they ended more than --max-age-days ago), "
-        "store their numbers in the roll-up tables, which hold no client id, and delete the raw events older "
-        "than --retain-days. serve and the WSGI application do the same in the background, at most once per "
-        "--rollup-every; run this from cron instead when that is off. Give it the --max-age-days of the "
-        "collectors. Safe to run at any time, and from several hosts at once: one works, the others say so.",
+        "store their numbers in the roll-up tables, which hold no client id, make the public releases that are "
+        "due (a week's provisional numbers once it has ended, its final ones once it is closed; months, quarters "
+        "and years once closed: each made once, with differential privacy, and printed), and delete the raw "
+        "events older than --retain-days. serve and the WSGI application do the same in the background, at "
+        "most once per --rollup-every; run this from cron instead when that is off. Give it the --max-age-days "
+        "and --epsilon of the collectors. Safe to run at any time, and from several hosts at once: one works, "
+        "the others say so.",
     )
     add_max_age(rollup, "the collectors' maximum event age: weeks that ended longer ago are closed")
     add_retain(rollup)
-    add_publishing(rollup)
+    add_epsilon(rollup)
 
 
 def _command(
@@ -422,7 +429,7 @@ def cmd_rollup(args: argparse.Namespace) -> int:
     try:
         store = open_store(db, create=True)  # the roll-up tables are schema 3: migrate an older database
         try:
-            publishing = Publishing(epsilon=args.epsilon, licence=args.data_license)
+            publishing = Publishing(epsilon=args.epsilon)
             done = rollup(store, now=time.time(), max_age=accept.max_age, retention=keep, publishing=publishing)
             where = store.display
         finally:
@@ -551,7 +558,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return 2
     if args.public:
         try:
-            doc = public(db, publishing=Publishing(app=args.app, min_count=args.min_count))
+            doc = public(db, publishing=_publishing(args)._replace(app=args.app))
         except CollectorError as exc:
             print(f"collector stats: {exc}", file=sys.stderr)
             return 1

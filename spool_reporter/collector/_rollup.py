@@ -19,7 +19,7 @@ per application and ISO week, and no client id:
 The threshold needs nothing else: a week's *excess* (the extra memberships of developers counted under two
 values, rule 4 of :mod:`._public`) is the sum of its cells minus its developers, and merging only adds cells.
 
-**Retention.** Raw events older than the retention (``--retain-days``, 400 by default) are deleted once their
+**Retention.** Raw events older than the retention (``--retain-days``, 430 by default) are deleted once their
 week is rolled up, in short transactions (:data:`DELETE_CHUNK` rows each), and with them the client ids kept
 beside the events: the ``client_weeks`` rows of the weeks wholly before the cutoff, and the ``client_apps``
 rows of the developers last seen before it (one who comes back later is counted as new again).

@@ -151,9 +151,11 @@ class Limits(NamedTuple):
 class Retention(NamedTuple):
     """How long raw events are kept, and how often the collector rolls closed weeks up (:mod:`._rollup`)."""
 
-    retain_days: float = 400
-    """Raw events older than this are deleted once their week is rolled up: a year of weeks and a month to
-    spare. The roll-ups, which hold no client id, are kept."""
+    retain_days: float = 430
+    """Raw events older than this are deleted once their week is rolled up. A year's public release needs its
+    first events until the week of its 31 December closes: 366 + the maximum event age (30) + 7 days in the
+    worst case (403), and 430 leaves four weeks of slack for a roll-up that did not run (:mod:`._release`).
+    The roll-ups and the releases, which hold no client id, are kept."""
     rollup_every: float = 3600
     """Seconds between two roll-ups started by ingest in one process (``0``: only ``collector rollup``)."""
 
