@@ -1,6 +1,12 @@
 """The public page in a real browser: headless Chromium (Debian's ``chromium``) loads ``GET /`` from a real
-``django-spool collector serve`` process on loopback, filled through its real ingest endpoint, at a phone's
-width (390 px) and a desktop's (1280 px), and takes a screenshot of each (kept in the test's tmp dir).
+``django-spool collector serve`` process on loopback, serving releases that the real roll-up made (a SQLite
+database rolled up at a chosen ``now``; ``--rollup-every 0`` so that the server adds none by its own clock), at
+a small phone's width (360 px), a phone's (390 px), a tablet's (800 px) and a desktop's (1280 px), and takes a
+screenshot of each (kept in the test's tmp dir).
+
+At every width nothing may stick out sideways (the page never scrolls horizontally: only a table scrolls, in
+its own region), every table's last column can be scrolled into view whole, no two week labels of a chart
+overlap, and the stylesheet is allowed by the Content-Security-Policy (no violation is reported).
 
 The browser is driven over the DevTools protocol on a pipe (``tests/cdp.py`` says why). One browser serves
 the whole module; the tests take a few seconds. Without Chromium they skip, saying so; ``.ci/run``
@@ -10,20 +16,22 @@ installs it.
 from __future__ import annotations
 
 import io
-import subprocess
+import itertools
+import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cdp import Browser, Page, find_chromium
 from PIL import Image
-from test_cli import spool_command
-from test_collector import batch, event, post
-from test_collector_processes import Served, _read_line
-from test_public_page import HOSTILE
-from test_public_routes import recent_week_times
+from test_collector_processes import Served, start_server
+from test_public_page import HOSTILE, START, _hostile_releases, population, released
 
-from spool_reporter.collector import Stats, Week, publish, render_html
+from spool_reporter.collector import Publishing, Stats, Week, render_html
+from spool_reporter.collector._public import document
+from spool_reporter.collector._report import render_public
+from spool_reporter.collector._svg import LABEL_Y
 
 CHROMIUM = find_chromium()
 pytestmark = [
@@ -34,7 +42,7 @@ pytestmark = [
     ),
 ]
 
-WIDTHS = (390, 1280)
+WIDTHS = (360, 390, 800, 1280)
 TREND = (0x0C, 0x4B, 0x33)
 PALETTE = [(0x4E, 0x79, 0xA7), (0xF2, 0x8E, 0x2B), (0xE1, 0x57, 0x59), (0x76, 0xB7, 0xB2), (0xA5, 0xA5, 0xA5)]
 """The trend line's colour, and the first series colours and "other" of the stacked charts (``_report.py``)."""
@@ -59,77 +67,63 @@ def page(browser: Browser) -> Iterator[Page]:
         tab.close()
 
 
-def _population(times: list[str]) -> list[dict[str, object]]:
-    """Developers per week growing from 40 to 95, on a mix of versions; every fourth one also ran Django 6.0
-    that week (in the first weeks fewer than 10 of them had not been on 6.0 already, so the Django breakdown
-    of those weeks is withheld); the third week has 7 developers only (not published); FreeBSD (2 a week)
-    and Django 3.2 (3) are rare."""
-    events = []
-    for w, when in enumerate(times):
-        people = 7 if w == 2 else 40 + 5 * w
-        for i in range(people):
-            share = i / people
-            django = "3.2" if i < 3 else "5.2" if share < 0.5 else "4.2" if share < 0.75 else "6.0"
-            python = "3.12" if share < 0.4 else "3.11" if share < 0.7 else "3.13" if share < 0.9 else "3.10"
-            os_name = "FreeBSD" if i in (3, 4) else "Linux" if share < 0.55 else "macOS" if share < 0.85 else "Windows"
-            facts = {"python_version": python, "os_name": os_name}
-            # valid=False: judged by the served collector's clock (the helper's fixed clock is for in-process tests)
-            events.append(event(client=("dev", i), when=when, app_version=django, valid=False, **facts))
-            if i % 4 == 0:  # every fourth developer also ran runserver on Django 6.0
-                events.append(
-                    event(client=("dev", i), when=when, name="runserver", app_version="6.0", valid=False, **facts)
-                )
-    return events
-
-
 @pytest.fixture
 def served(tmp_path: Path, sandbox: object) -> Iterator[Served]:
-    """``django-spool collector serve --port 0`` as a real process (default --min-count 10)."""
+    """``collector serve --port 0`` as a real process over a database of released numbers: 3000 developers over
+    October and November 2026, rolled up on 2026-12-04 (final weeks, provisional weeks and a month)."""
     db = tmp_path / "collector.sqlite3"
-    stderr = tmp_path / "serve.stderr"
-    with stderr.open("wb") as err:
-        proc = subprocess.Popen(
-            # Twelve weeks of history: beyond the default 30 days of --max-age-days.
-            [*spool_command(), "collector", "serve", "--port", "0", "--db", str(db), "--max-age-days", "90"],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            env=sandbox.env,  # type: ignore[attr-defined]
-            text=True,
-            bufsize=1,
-        )
+    released(db, population()).close()
+    srv = start_server(db, sandbox.env, tmp_path, "--rollup-every", "0")  # type: ignore[attr-defined]
     try:
-        line = _read_line(proc, 30)
-        assert line.startswith("listening on http://127.0.0.1:"), line
-        srv = Served(proc, line.split()[-1], stderr)
-        events = _population(recent_week_times(12))
-        for start in range(0, len(events), 500):
-            assert post(srv.url, batch(events[start : start + 500]))[0] == 200
         yield srv
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        if srv.proc.poll() is None:
+            srv.proc.kill()
+            srv.proc.wait(10)
+        if srv.proc.stdout is not None:
+            srv.proc.stdout.close()
 
 
-_CHARTS_JS = """(() => {
+_LAYOUT_JS = (
+    """(() => {
   const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; };
+  const width = document.documentElement.clientWidth;
+  // Everything outside a table's scroll region must lie within the page's width.
+  const outside = [...document.querySelectorAll('main *')]
+    .filter(e => !e.closest('div.table'))
+    .filter(e => { const r = e.getBoundingClientRect();
+                   return r.width > 0 && (r.right > width + 0.5 || r.left < -0.5); })
+    .map(e => e.tagName + ' ' + (e.className.baseVal || e.className || '') + ' ' + e.textContent.slice(0, 40));
+  const tables = [...document.querySelectorAll('div.table')].map(d => {
+    d.scrollLeft = d.scrollWidth;  // as far right as a reader can scroll
+    const region = d.getBoundingClientRect();
+    const cells = d.querySelector('thead tr').cells;
+    const last = cells[cells.length - 1].getBoundingClientRect();
+    const result = { id: d.querySelector('caption').id, scrolls: d.scrollWidth > d.clientWidth + 1,
+                     region: [region.left, region.right], lastColumn: [last.left, last.right],
+                     rows: d.querySelector('table').rows.length, box: box(d) };
+    d.scrollLeft = 0;
+    return result;
+  });
+  const labels = [...document.querySelectorAll('svg.chart')].map(s => [...s.querySelectorAll('text')]
+    .filter(t => t.getAttribute('y') === 'LABEL_Y' && getComputedStyle(t).display !== 'none')
+    .map(t => { const r = t.getBoundingClientRect(); return [r.left, r.right]; }));
   return {
+    width, outside, tables, labels,
+    scrollWidth: document.documentElement.scrollWidth,
     charts: [...document.querySelectorAll('svg.chart')].map(s => ({
       id: s.id, box: box(s), circles: s.querySelectorAll('circle').length,
-      rects: s.querySelectorAll('rect').length,
-      labels: [...s.querySelectorAll('text')].filter(t => t.getBBox().width > 0).length,
+      bands: s.querySelectorAll('path.band').length, rects: s.querySelectorAll('rect').length,
       fontSize: parseFloat(getComputedStyle(s.querySelector('text')).fontSize) })),
-    tables: [...document.querySelectorAll('div.table')].map(
-      d => ({ rows: d.querySelector('table').rows.length, box: box(d) })),
-    scrollWidth: document.documentElement.scrollWidth,
     styleRules: document.styleSheets.length ? document.styleSheets[0].cssRules.length : 0,
     marginLeft: parseFloat(getComputedStyle(document.querySelector('svg.chart')).marginLeft),
+    headline: (document.querySelector('p.headline') || {}).innerText,
     text: document.body.innerText,
+    links: [...document.querySelectorAll('a')].map(a => a.getAttribute('href')),
     injected: document.querySelectorAll('script, img, iframe, object, embed, link, form').length,
   };
 })()"""
+).replace("LABEL_Y", str(LABEL_Y))
 
 
 def _colours(png: bytes, box: list[float]) -> set[tuple[int, int, int]]:
@@ -138,41 +132,79 @@ def _colours(png: bytes, box: list[float]) -> set[tuple[int, int, int]]:
     return {rgb for _, rgb in image.crop((left, top, left + width, top + height)).getcolors(1 << 20) or []}
 
 
-def test_the_served_page_renders_at_phone_and_desktop_width(served: Served, page: Page, tmp_path: Path) -> None:
+def _check_layout(found: dict[str, object], width: int) -> None:
+    """Nothing sticks out sideways; each table's last column can be scrolled into view; labels do not overlap."""
+    assert found["width"] == width
+    assert found["scrollWidth"] <= width, found["outside"]  # the page itself never scrolls sideways
+    assert found["outside"] == []
+    for table in found["tables"]:  # type: ignore[attr-defined]
+        left, right = table["region"]
+        assert left >= 0, table
+        assert right <= width, table
+        first, last = table["lastColumn"]  # the last column, once scrolled to, is whole
+        assert first >= left - 1, table
+        assert last <= right + 1, table
+    for labels in found["labels"]:  # type: ignore[attr-defined]
+        spans = sorted(labels)
+        assert len(spans) >= 2
+        for (_, right), (left, _) in itertools.pairwise(spans):
+            assert right <= left, spans
+
+
+def test_the_served_page_at_phone_tablet_and_desktop_width(served: Served, page: Page, tmp_path: Path) -> None:
     base = served.url.removesuffix("/v1/batch")
+    doc = json.loads(served_get(base + "/v1/stats"))
+    latest = doc["weeks"][-1]
     for width in WIDTHS:
         page.viewport(width, 900)
         page.load(base + "/")
-        found = page.evaluate(_CHARTS_JS)
+        found = page.evaluate(_LAYOUT_JS)
         assert page.problems() == [], page.problems()  # no console error, no CSP violation
         assert found["styleRules"] > 20  # the stylesheet was allowed (by its hash) ...
         assert found["marginLeft"] > 0  # ... and applied
         assert found["injected"] == 0
+        _check_layout(found, width)
+        number = latest["developers"]
+        assert found["headline"] == (
+            f"About {number['estimate']:,} developers (95\u00a0%: {number['low']:,}\u2013{number['high']:,}) "
+            "in 2026-W48, provisional."
+        )
+        assert "fewer than 37" in found["text"]
+        assert "Released 2026-12-04 12:00 UTC" in found["text"]
+        assert found["links"][:3] == [
+            "v1/releases.json",
+            "v1/releases.csv",
+            "https://spdx.org/licenses/CC-BY-4.0.html",
+        ]
         charts = {c["id"]: c for c in found["charts"]}
         assert list(charts) == ["trend", "versions", "python", "os"]
-        assert len(found["tables"]) == 4
-        for chart, table in zip(charts.values(), found["tables"], strict=True):
+        assert [t["id"] for t in found["tables"]] == [
+            "trend-table-c",
+            "versions-table-c",
+            "python-table-c",
+            "os-table-c",
+            "periods-table-c",
+        ]
+        for chart, table in zip(charts.values(), found["tables"], strict=False):
             left, top, w, h = chart["box"]
             assert 250 < w < width, chart
             assert h == 272, chart
             assert chart["fontSize"] >= 12  # the labels keep their size at a phone's width
-            assert chart["labels"] >= 5 + 3  # the y axis and at least three weeks
             t_left, t_top, t_width, _ = table["box"]
             assert t_width > 250
-            if width < 800:  # a phone: the table under its chart
+            if width < 832:  # 52rem: the table under its chart
                 assert t_top >= top + h
             else:  # a desktop: the table beside its chart, at the same height
                 assert t_left >= left + w
                 assert abs(t_top - top) < 100
-        assert charts["trend"]["circles"] == 11  # 12 weeks, one not published
-        assert charts["versions"]["rects"] >= 11 * 2
-        assert found["scrollWidth"] <= width  # nothing sticks out sideways: no horizontal scrolling
-        assert found["tables"][0]["rows"] == 1 + 11  # the trend's table: a header and the published weeks
-        assert "FreeBSD" not in found["text"]
-        assert "3.2" not in found["text"]
+        assert charts["trend"]["circles"] == 9  # nine weeks released, each above the threshold
+        assert charts["trend"]["bands"] == 1
+        assert charts["versions"]["rects"] >= 9 * 3
+        assert found["tables"][0]["rows"] == 1 + 9  # the trend's table: a header and the released weeks
+        if width <= 390:  # the widest table does scroll on a phone, so the check of its last column meant something
+            assert any(t["scrolls"] for t in found["tables"])
         png = page.screenshot()
-        shot = tmp_path / f"page-{width}.png"
-        shot.write_bytes(png)
+        (tmp_path / f"page-{width}.png").write_bytes(png)
         image = Image.open(io.BytesIO(png))
         assert image.format == "PNG"
         assert image.size[0] == width
@@ -182,30 +214,59 @@ def test_the_served_page_renders_at_phone_and_desktop_width(served: Served, page
         assert len(set(PALETTE) & _colours(png, charts["versions"]["box"])) >= 3  # and the shares
 
 
+def served_get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=20) as response:  # a loopback http URL of the test
+        assert response.status == 200
+        body: bytes = response.read()
+        return body
+
+
+def test_nothing_released_in_the_browser(page: Page, tmp_path: Path) -> None:
+    store = released(tmp_path / "c.sqlite3", [], now=START)  # 2026-W40 has not ended
+    path = tmp_path / "empty.html"
+    path.write_text(render_public(document(store.releases("Django"), Publishing())), encoding="utf-8")
+    page.viewport(390, 900)
+    page.load(path.as_uri())
+    found = page.evaluate(
+        "({ text: document.body.innerText, width: document.documentElement.scrollWidth,"
+        " charts: document.querySelectorAll('svg').length })"
+    )
+    assert page.problems() == []
+    assert "Nothing released yet: a week's numbers are released once it has ended" in found["text"]
+    assert " 0 developers" not in found["text"]
+    assert found["charts"] == 0
+    assert found["width"] <= 390
+
+
 def test_hostile_values_stay_inert_in_the_browser(page: Page, tmp_path: Path) -> None:
+    store = released(tmp_path / "c.sqlite3", population(900))
+    public_page = render_public(
+        document(_hostile_releases(store), Publishing(app="W" * 120 + HOSTILE[0], licence=HOSTILE[1]))
+    )
     weeks = [
         Week(
             week=f"2026-W{num}",
             developers=60,
             events=60,
-            by_django={value: 10 for value in HOSTILE},
+            by_django=dict.fromkeys(HOSTILE, 10),
             by_python={HOSTILE[0]: 60},
             by_os={HOSTILE[1]: 30, HOSTILE[2]: 30},
             by_event={HOSTILE[3]: 60},
         )
         for num in (47, 48, 49)
     ]
-    full = Stats(app=HOSTILE[4], developers=60, events=180, weeks=weeks)
-    for doc in (full, publish(full)):
-        path = tmp_path / f"{type(doc).__name__}.html"
-        path.write_text(render_html(doc), encoding="utf-8")
+    operator_page = render_html(Stats(app=HOSTILE[4], developers=60, events=180, weeks=weeks))
+    for name, html in (("public", public_page), ("operator", operator_page)):
+        path = tmp_path / f"{name}.html"
+        path.write_text(html, encoding="utf-8")
         page.viewport(390, 900)
         page.load(path.as_uri())
-        found = page.evaluate(_CHARTS_JS)
+        found = page.evaluate(_LAYOUT_JS)
         assert page.problems() == []  # an injected script or element would at least be a CSP violation
         assert found["injected"] == 0
         for value in HOSTILE[:3]:
             assert value in found["text"]
+        assert found["scrollWidth"] <= 390, found["outside"]  # a long value wraps instead of widening the page
 
 
 def test_problems_are_seen(page: Page) -> None:

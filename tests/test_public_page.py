@@ -1,27 +1,51 @@
-"""The collector's page (``collector/_report.py`` and ``_svg.py``), parsed: its charts and tables hold the
-same numbers, client-supplied strings stay text, and its Content-Security-Policy allows exactly its own
-stylesheet. ``test_public_browser.py`` loads it in a real browser."""
+"""The public page (``collector/_report.py``'s :func:`render_public`, with ``_svg.py``), parsed: made from
+releases that the real roll-up made (a SQLite store, :func:`rollup` at a chosen ``now``), it shows each released
+number with its interval, "fewer than N" for the numbers below the display threshold and never their estimate,
+an honest sentence when nothing is released, the downloads and the licence; hostile values stay text; the
+same releases give the same bytes in any process. The operator's page (:func:`render_html`) is checked at the
+end; ``test_public_browser.py`` loads both in a real browser.
+
+The noise is real, so the tests compare the page with the document it was made from (``public(store)``),
+not with the true counts, except where the settings make the outcome certain (a display threshold of a
+million: every number is "fewer than").
+"""
 
 from __future__ import annotations
 
 import base64
 import datetime
 import hashlib
+import json
+import os
 import re
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_collector_rollup import DAY, row
 
-from spool_reporter.collector import render_html
-from spool_reporter.collector._public import OTHER, publish
-from spool_reporter.collector._report import CSP, CSP_HEADER, MAX_SERIES
-from spool_reporter.collector._stats import Stats, Week
+from spool_reporter.collector import Publishing, Stats, Week, open_store, public, render_html
+from spool_reporter.collector._public import document
+from spool_reporter.collector._report import CSP, CSP_HEADER, MAX_SERIES, render_public
+from spool_reporter.collector._rollup import rollup
+from spool_reporter.collector._store import Release, Row, Store
 from spool_reporter.collector._svg import nice_max
 
 SVG = "{http://www.w3.org/2000/svg}"
-WHEN = datetime.datetime(2026, 12, 7, 9, 30, tzinfo=datetime.timezone.utc)
+UTC = datetime.timezone.utc
+START = datetime.datetime(2026, 10, 1, 12, tzinfo=UTC).timestamp()
+"""The first day of events (a Thursday of 2026-W40)."""
+NOW = datetime.datetime(2026, 12, 4, 12, tzinfo=UTC).timestamp()
+"""When the roll-up runs: 2026-W40 to W44 are closed (final), W45 to W48 have ended (provisional), 2026-10 too."""
+WHEN = datetime.datetime(2026, 12, 7, 9, 30, tzinfo=UTC)
+BREAKDOWNS = {"by_django": "versions", "by_python": "python", "by_os": "os"}
+"""Breakdown -> the id of its section."""
+DASH = "\u2013"
 
 HOSTILE = [
     '<script>alert("x")</script>',
@@ -31,17 +55,453 @@ HOSTILE = [
     "]]><!-- &amp; -->",
     "</title></svg><iframe src=//example.org>",
 ]
-"""Values a client could try to send (the validation upstream refuses them; the page must not rely on that)."""
+"""Values a client or a tampered database could hold (the validation upstream refuses them; the page must not
+rely on that)."""
 
-# Every element the page may contain: anything else (script, img, iframe, link, object, ...) is an injection.
+# Every element the pages may contain: anything else (script, img, iframe, link, object, ...) is an injection.
 ALLOWED_TAGS = {
     "html", "head", "meta", "title", "style", "body", "main", "h1", "h2", "p", "ul", "li", "strong", "section",
     "div", "figure", "table", "caption", "thead", "tbody", "tr", "th", "td", "span", "bdi", "code", "footer",
+    "a", "sup",
     f"{SVG}svg", f"{SVG}title", f"{SVG}desc", f"{SVG}line", f"{SVG}text", f"{SVG}circle", f"{SVG}rect",
+    f"{SVG}path",
 }  # fmt: skip
+LINK = re.compile(r"(https://spdx\.org/licenses/[A-Za-z0-9.+-]+\.html|https?://[^\s\"'<>\\`]+|v1/[a-z.]+)\Z")
+"""The links the public page may hold: the licence (SPDX's page, or the operator's URL) and its own routes."""
 
 
-def _weeks(n: int, *, start: str = "2026-W01", developers: int = 40, values: list[str] | None = None) -> list[Week]:
+def population(developers: int = 3000, *, days: int = 60) -> list[Row]:
+    """``developers`` developers, each with one event on one of ``days`` days from :data:`START`, on three Django
+    versions, two Pythons and Linux (the example of the brief)."""
+    return [
+        row(c, START + (c % days) * DAY, version=["5.2", "4.2", "6.0"][c % 3], python=["3.12", "3.10"][c % 2])
+        for c in range(developers)
+    ]
+
+
+def released(path: Path, rows: list[Row], *, publishing: Publishing | None = None, now: float = NOW) -> Store:
+    """A SQLite store holding ``rows`` and the releases the real roll-up makes at ``now`` (from 2026-W40)."""
+    store = open_store(str(path))
+    store.set_first_week("2026-W40")
+    if rows:
+        store.insert(rows)
+    done = rollup(store, now=now, publishing=publishing)
+    assert done.release_error == ""
+    return store
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    """3000 developers over October and November 2026, released at :data:`NOW` with the default settings."""
+    return released(tmp_path_factory.mktemp("public") / "c.sqlite3", population())
+
+
+@pytest.fixture(scope="module")
+def doc(store: Store) -> dict[str, object]:
+    return public(store)
+
+
+@pytest.fixture(scope="module")
+def page(doc: dict[str, object]) -> str:
+    return render_public(doc)
+
+
+def _parse(page: str) -> ET.Element:
+    assert page.startswith("<!DOCTYPE html>\n")
+    root = ET.fromstring(page)  # well-formed XML as well as HTML5
+    for element in root.iter():
+        assert element.tag in ALLOWED_TAGS, element.tag
+        for name, value in element.attrib.items():
+            assert not name.lower().startswith("on"), name
+            assert name not in ("style", "src", "srcdoc", "action", "formaction"), name
+            if name == "href":
+                assert element.tag == "a"
+                assert LINK.match(value), value
+    return root
+
+
+def _text(element: ET.Element) -> str:
+    return " ".join("".join(element.itertext()).split())
+
+
+def _section(root: ET.Element, ident: str) -> ET.Element:
+    for section in root.iter("section"):
+        if section.get("aria-labelledby") == f"{ident}-h":
+            return section
+    raise AssertionError(f"no section {ident}")
+
+
+def _rows(section: ET.Element) -> list[list[str]]:
+    table = section.find(".//table")
+    assert table is not None
+    return [[_text(cell) for cell in tr] for tr in table.iter("tr")]
+
+
+def _weeks(doc: dict[str, object], key: str = "weeks") -> list[dict[str, Any]]:
+    """The document's list of weeks (or of months, ...), typed for reading."""
+    periods: list[dict[str, Any]] = doc[key]  # type: ignore[assignment]
+    return periods
+
+
+def _shown(number: dict[str, int]) -> str:
+    """What a table cell must say for ``number``."""
+    if "fewer_than" in number:
+        return f"fewer than {number['fewer_than']:,}"
+    return f"{number['estimate']:,} ({number['low']:,}{DASH}{number['high']:,})"
+
+
+# -- the headline, the schedule, the trend --------------------------------------------------------------------
+
+
+def test_the_headline_is_the_latest_week_with_its_interval(doc: dict[str, object], page: str) -> None:
+    latest = _weeks(doc)[-1]
+    assert latest["week"] == "2026-W48"
+    assert latest["release"] == "provisional"
+    number = latest["developers"]
+    assert "fewer_than" not in number  # about 350 developers, the noise a few dozen
+    headline = next(p for p in _parse(page).iter("p") if p.get("class") == "headline")
+    assert _text(headline) == (
+        f"About {number['estimate']:,} developers (95 %: {number['low']:,}{DASH}{number['high']:,}) "
+        "in 2026-W48, provisional."
+    )
+
+
+def test_when_released_and_when_the_next_releases_are_due(page: str) -> None:
+    text = _text(_parse(page))
+    assert "Released 2026-12-04 12:00 UTC" in text
+    # The next week ends on Sunday 2026-12-06: its provisional release is due from Monday, within the roll-up
+    # interval; the oldest provisional week (2026-W45, ended 2026-11-08) closes 30 days after it ended.
+    assert "the provisional release of 2026-W49, once that week has ended: from Monday 2026-12-07 00:00 UTC" in text
+    assert "within the collector's roll-up interval" in text
+    assert "The final release of 2026-W45 follows when that week closes" in text
+    assert "from 2026-12-09 00:00 UTC" in text
+
+
+def test_the_trend_shows_every_week_with_its_interval(doc: dict[str, object], page: str) -> None:
+    trend = _section(_parse(page), "trend")
+    weeks = _weeks(doc)
+    assert [w["week"] for w in weeks] == [f"2026-W{n}" for n in range(40, 49)]
+    points = [c.findtext(f"{SVG}title") for c in trend.iter(f"{SVG}circle")]
+    expected = [
+        f"{w['week']}: about {n['estimate']:,} developers (95 %: {n['low']:,}{DASH}{n['high']:,})"
+        for w in weeks
+        for n in [w["developers"]]
+    ]
+    assert points == expected
+    bands = list(trend.iter(f"{SVG}path"))
+    assert len(bands) == 1  # nine weeks in a row: one band
+    assert bands[0].get("class") == "band"
+    rows = _rows(trend)
+    assert rows[0] == ["Week", "Developers", "95 % interval", "Release", "ε spent"]
+    assert rows[1:] == [
+        [w["week"], f"{n['estimate']:,}", f"{n['low']:,}{DASH}{n['high']:,}", w["release"], f"{w['week_epsilon']:.3g}"]
+        for w in reversed(weeks)
+        for n in [w["developers"]]
+    ]  # newest first
+    assert [r[3] for r in rows[1:]] == ["provisional"] * 4 + ["final"] * 5
+
+
+def test_months_quarters_and_years(doc: dict[str, object], page: str) -> None:
+    (month,) = _weeks(doc, "months")
+    assert month["month"] == "2026-10"
+    rows = _rows(_section(_parse(page), "periods"))
+    assert rows[0] == ["Period", "Unit", "Distinct developers", "95 % interval", "ε", "Released"]
+    n = month["developers"]
+    assert rows[1] == ["2026-10", "month", f"{n['estimate']:,}", f"{n['low']:,}{DASH}{n['high']:,}", "1", "2026-12-04"]
+
+
+def test_a_gap_in_the_weeks_is_a_gap_not_a_zero(tmp_path: Path) -> None:
+    # No event in 2026-W43: its release says "fewer than N" (a noisy zero), never a point at 0 nor "0 developers".
+    rows = [r for r in population(2000) if r[10][:10] not in {f"2026-10-{d}" for d in range(19, 26)}]
+    doc = public(released(tmp_path / "c.sqlite3", rows, publishing=Publishing(epsilon=10)))
+    page = render_public(doc)
+    root = _parse(page)
+    w43 = next(w for w in _weeks(doc) if w["week"] == "2026-W43")
+    assert w43["developers"]["fewer_than"] == 10
+    trend = _section(root, "trend")
+    points = [c.findtext(f"{SVG}title") or "" for c in trend.iter(f"{SVG}circle")]
+    assert len(points) == 8
+    assert not any(p.startswith("2026-W43") for p in points)
+    outline = [r.findtext(f"{SVG}title") for r in trend.iter(f"{SVG}rect")]
+    assert outline == ["2026-W43: fewer than 10 developers"]
+    assert len(list(trend.iter(f"{SVG}path"))) == 2  # the band breaks around it
+    assert ["2026-W43", "fewer than 10", "final", "5"] in _rows(trend)  # closed before its provisional release
+    assert re.search(r"\b0 developers", _text(root)) is None
+
+
+# -- "fewer than N" ------------------------------------------------------------------------------------------
+
+
+def test_cells_below_the_threshold_say_fewer_than_and_nothing_else(doc: dict[str, object], page: str) -> None:
+    root = _parse(page)
+    weeks = {w["week"]: w for w in _weeks(doc)}
+    folded = 0
+    for name, ident in BREAKDOWNS.items():
+        section = _section(root, ident)
+        head, *rows = _rows(section)
+        values = head[1:-1]
+        assert head[-1].startswith("fewer than 37 each")
+        for cells in rows:
+            week = weeks[cells[0]]
+            numbers: dict[str, dict[str, int]] = week[name]
+            for value, cell in zip(values, cells[1:-1], strict=True):
+                assert cell == _shown(numbers[value]), (week["week"], value)
+            folded += sum("fewer_than" in n for n in numbers.values())
+        # A value is a series (a legend entry, a column) only if some week shows it; the rest are folded.
+        shown = {v for w in weeks.values() for v, n in w[name].items() if "fewer_than" not in n}
+        assert set(values) <= shown
+        if len(shown) <= MAX_SERIES:
+            assert set(values) == shown
+        legend = [_text(li) for li in section.iter("li")]
+        assert legend == [*values, head[-1].removesuffix(": share")]
+        # No segment of the chart stands for a number below the threshold: each says whose number it is.
+        for rect in section.iter(f"{SVG}rect"):
+            title = rect.findtext(f"{SVG}title") or ""
+            week_name, _, rest = title.partition(", ")
+            label, _, said = rest.partition(": ")
+            if label.startswith("fewer than"):
+                assert re.fullmatch(r"\d+% together", said), said
+                continue
+            number = weeks[week_name][name][label]
+            assert "fewer_than" not in number
+            assert said.startswith(f"about {number['estimate']:,} developers (")
+    assert folded > 100  # the fixed vocabularies hold many values nobody used
+
+
+def test_every_number_below_a_high_threshold_is_hidden(tmp_path: Path) -> None:
+    # A display threshold of a million: every released number is "fewer than 1,000,000", whatever the noise.
+    store = released(tmp_path / "c.sqlite3", population(600), publishing=Publishing(min_count=10**6))
+    doc = public(store, publishing=Publishing(min_count=10**6))
+    page = render_public(doc)
+    root = _parse(page)
+    text = _text(root)
+    assert "Fewer than 1,000,000 developers in 2026-W48, provisional." in text
+    assert "About" not in text
+    trend = _section(root, "trend")
+    assert list(trend.iter(f"{SVG}circle")) == []
+    assert list(trend.iter(f"{SVG}path")) == []
+    for cells in _rows(trend)[1:]:
+        assert cells[1] == "fewer than 1,000,000"
+    for ident in BREAKDOWNS.values():
+        section = _section(root, ident)
+        assert list(section.iter(f"{SVG}rect")) == []
+        assert "No week has enough developers released to show shares." in _text(section)
+        assert {row[1] for row in _rows(section)[1:]} == {"fewer than 1,000,000 developers this week: no shares"}
+    (month,) = _rows(_section(root, "periods"))[1:]
+    assert month[2] == "fewer than 1,000,000"
+    # No table cell holds a number but the threshold, ε and dates.
+    for table in root.iter("table"):
+        for td in table.iter("td"):
+            assert re.fullmatch(
+                r"fewer than 1,000,000( developers this week: no shares)?|provisional|final|month|"
+                r"0\.5|1|2026-12-04",
+                _text(td),
+            ), _text(td)
+
+
+# -- nothing released ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("app", ["Django", "MyTool"])
+def test_nothing_released_says_so(tmp_path: Path, app: str) -> None:
+    store = released(tmp_path / "c.sqlite3", [], now=START)  # 2026-W40 has not ended
+    doc = public(store, publishing=Publishing(app=app))
+    assert doc["made"] is None
+    page = render_public(doc)
+    root = _parse(page)
+    text = _text(root)
+    assert "Nothing released yet: a week's numbers are released once it has ended" in text
+    assert re.search(r"\b0 developers", text) is None
+    assert "About" not in text
+    assert f"<h1><bdi>{app}</bdi> developers per week</h1>" in page
+    assert "None released yet" in _text(_section(root, "periods"))
+    assert not [s for s in root.iter("section") if s.get("aria-labelledby") in ("trend-h", "versions-h")]
+    _section(root, "method")
+    _section(root, "data")
+
+
+# -- the method, the downloads, the licence ------------------------------------------------------------------
+
+
+def test_how_these_numbers_are_made(page: str) -> None:
+    method = _text(_section(_parse(page), "method"))
+    for words in (
+        "Differential privacy.",
+        "discrete Laplace mechanism of the OpenDP library",
+        "ε = 1 per developer for each week, and again for each month, quarter and year",
+        "changes in probability by at most a factor eε ≈ 2.7, whether or not you took part that week, and "
+        "whichever versions you used",
+        "counts once in the total and once in each breakdown, under the newest version they used that week",
+        "For 2026-W48 that margin is ±37",
+        "shown only as “fewer than N”, neither its estimate nor its interval",
+        "with 50 % of its ε",
+        "Each release is made once and stored",
+        "late events, a developer's request to forget their id, and the deletion of old events never change a "
+        "release already made",
+        "It stores no IP address, and of each event only the day, not the time.",
+    ):
+        assert words in method
+
+
+def test_downloads_and_licence_are_links(page: str) -> None:
+    root = _parse(page)
+    links = [(a.get("href"), _text(a)) for a in root.iter("a")]
+    assert links == [
+        # Near the top, under the headline ...
+        # Relative to the page, so that they work under a proxy's prefix too.
+        ("v1/releases.json", "JSON"),
+        ("v1/releases.csv", "CSV"),
+        ("https://spdx.org/licenses/CC-BY-4.0.html", "CC-BY-4.0"),
+        # ... and at the end, with what they hold.
+        ("v1/releases.json", "releases.json"),
+        ("v1/releases.csv", "releases.csv"),
+        ("v1/stats", "/v1/stats"),
+        ("https://spdx.org/licenses/CC-BY-4.0.html", "CC-BY-4.0"),
+    ]
+    assert [a.get("rel") for a in root.iter("a") if "spdx" in (a.get("href") or "")] == ["license", "license"]
+    data = _text(_section(root, "data"))
+    assert "the raw noisy counts (which can be below zero)" in data
+    assert "The released numbers are licensed under CC-BY-4.0." in data
+
+
+@pytest.mark.parametrize(
+    ("licence", "href"),
+    [
+        pytest.param("CC0-1.0", "https://spdx.org/licenses/CC0-1.0.html", id="spdx"),
+        pytest.param("https://example.org/terms", "https://example.org/terms", id="url"),
+        pytest.param("CC-BY-4.0 OR ODbL-1.0", None, id="expression-is-text"),
+        pytest.param("javascript:alert(1)", None, id="script-is-text"),
+        pytest.param('https://example.org/"><script>', None, id="broken-url-is-text"),
+    ],
+)
+def test_licence(doc: dict[str, object], licence: str, href: str | None) -> None:
+    page = render_public({**doc, "licence": licence})
+    root = _parse(page)
+    licensed = [a for a in root.iter("a") if a.get("rel") == "license"]
+    if href is None:
+        assert licensed == []
+        assert licence in _text(root)
+    else:
+        assert {a.get("href") for a in licensed} == {href}
+        assert {_text(a) for a in licensed} == {licence}
+
+
+# -- escaping, well-formedness, the policy --------------------------------------------------------------------
+
+
+def _hostile_releases(store: Store) -> list[Release]:
+    """The store's releases, a tampered week (hostile values as cells and as its name) and a tampered month."""
+    releases = store.releases("Django")
+    latest = max((r for r in releases if "-W" in r.period), key=lambda r: r.period)
+    body = json.loads(latest.body)
+    body["period"] = HOSTILE[5]
+    body["made"] = HOSTILE[2]
+    for i, name in enumerate(BREAKDOWNS):
+        body[name] = {**body[name], HOSTILE[i]: 400, HOSTILE[i + 3]: 3}
+    tampered = latest._replace(period="2026-W49", made="2026-12-07T00:00:00Z", body=json.dumps(body))
+    month = next(r for r in releases if r.period == "2026-10")
+    body = {**json.loads(month.body), "period": HOSTILE[1], "made": HOSTILE[0]}
+    return [*(r for r in releases if r is not month), month._replace(body=json.dumps(body)), tampered]
+
+
+def test_hostile_values_stay_text_everywhere(store: Store) -> None:
+    doc = document(_hostile_releases(store), Publishing(app=HOSTILE[3], licence=HOSTILE[4]))
+    page = render_public(doc)
+    root = _parse(page)
+    text = _text(root)
+    for value in HOSTILE:
+        assert value in text  # shown, as text
+    assert "<script" not in page
+    assert "<img" not in page
+    assert "<iframe" not in page
+    assert page.count("<style>") == page.count("</style>") == 1
+    # Each is isolated in its own <bdi> (a right-to-left name cannot reorder the text around it).
+    isolated = {_text(b) for b in root.iter("bdi")}
+    assert {HOSTILE[0], HOSTILE[3], HOSTILE[4], HOSTILE[5]} <= isolated
+
+
+def test_control_characters_and_lone_surrogates_become_replacement_characters(doc: dict[str, object]) -> None:
+    page = render_public({**doc, "app": "5.2\x00\x1b[31m", "licence": "\ud800x"})
+    page.encode("utf-8")  # would raise on a lone surrogate
+    text = _text(_parse(page))
+    assert "5.2\ufffd\ufffd[31m" in text
+    assert "\ufffdx" in text
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    values=st.lists(st.text(max_size=30), min_size=1, max_size=12, unique=True),
+    app=st.text(min_size=1, max_size=20),
+    licence=st.text(max_size=40),
+    numbers=st.lists(st.integers(-200, 5000), min_size=12, max_size=12),
+    day=st.one_of(st.just("9999-12-31"), st.just("0001-01-01"), st.text(max_size=12)),
+)
+def test_any_text_gives_a_well_formed_page(
+    store: Store, values: list[str], app: str, licence: str, numbers: list[int], day: str
+) -> None:
+    releases = store.releases("Django")
+    changed = []
+    for release in releases:
+        body = json.loads(release.body)
+        if body["unit"] == "week":
+            body["developers"] = numbers[0]
+            body["by_os"] = dict(zip(values, numbers[1:], strict=False))
+        body["last_day"] = body["made"] = day
+        changed.append(release._replace(body=json.dumps(body)))
+    page = render_public(document(changed, Publishing(app=app, licence=licence, min_count=1)))
+    page.encode("utf-8")
+    _parse(page)
+
+
+def test_the_policy_allows_exactly_the_page_stylesheet(page: str) -> None:
+    style = re.search(r"<style>(.*?)</style>", page, re.S)
+    assert style is not None
+    digest = base64.b64encode(hashlib.sha256(style.group(1).encode()).digest()).decode()
+    assert f"default-src 'none'; style-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'" == CSP
+    assert CSP_HEADER == CSP + "; frame-ancestors 'none'"  # a <meta> policy cannot refuse framing
+    root = _parse(page)
+    metas = {m.get("http-equiv"): m.get("content") for m in root.iter("meta") if m.get("http-equiv")}
+    assert metas == {"Content-Security-Policy": CSP}
+    # Nothing loads from elsewhere: the only URLs are links a reader may follow.
+    for needle in ("src=", "@import", "url(", "<link", "<script"):
+        assert needle not in page
+
+
+# -- the same releases, the same bytes -----------------------------------------------------------------------
+
+
+def test_the_same_releases_give_the_same_bytes_in_any_process(tmp_path: Path) -> None:
+    db = tmp_path / "c.sqlite3"
+    released(db, population(900)).close()
+    here = render_public(public(str(db)))
+    assert render_public(public(str(db))) == here
+    code = (
+        "import sys; from spool_reporter.collector import public; "
+        "from spool_reporter.collector._report import render_public; "
+        "sys.stdout.buffer.write(render_public(public(sys.argv[1])).encode())"
+    )
+    for seed in ("1", "2"):  # other hash seeds: no set order, no clock, no process state shows
+        env = {**os.environ, "PYTHONHASHSEED": seed, "TZ": "Pacific/Kiritimati"}
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(db)], env=env, capture_output=True, timeout=60, check=True
+        )
+        assert done.stdout.decode() == here
+
+
+def test_a_new_release_changes_the_page(tmp_path: Path) -> None:
+    db = tmp_path / "c.sqlite3"
+    store = released(db, population(900))
+    before = render_public(public(store))
+    rollup(store, now=NOW + 7 * DAY)  # 2026-W49 has ended: its provisional release is made
+    after = render_public(public(store))
+    assert before != after
+    assert "in 2026-W49, provisional." in _text(_parse(after))
+
+
+# -- the operator's page (collector stats --html): the full numbers -------------------------------------------
+
+
+def _week_rows(n: int, *, start: str = "2026-W01", developers: int = 40, values: list[str] | None = None) -> list[Week]:
     year, num = (int(p) for p in start.split("-W"))
     monday = datetime.date.fromisocalendar(year, num, 1)
     names = values or ["5.2", "4.2"]
@@ -49,7 +509,7 @@ def _weeks(n: int, *, start: str = "2026-W01", developers: int = 40, values: lis
     for i in range(n):
         y, w, _ = (monday + datetime.timedelta(weeks=i)).isocalendar()
         share = developers // len(names)
-        cells = {name: share for name in names}
+        cells = dict.fromkeys(names, share)
         cells[names[0]] += developers - share * len(names)
         out.append(
             Week(
@@ -69,178 +529,46 @@ def _stats(weeks: list[Week], app: str = "Django") -> Stats:
     return Stats(app=app, developers=999, events=sum(w.events for w in weeks), weeks=weeks)
 
 
-def _parse(page: str) -> ET.Element:
-    assert page.startswith("<!DOCTYPE html>\n")
-    root = ET.fromstring(page)  # well-formed XML as well as HTML5
-    for element in root.iter():
-        assert element.tag in ALLOWED_TAGS, element.tag
-        for name in element.attrib:
-            assert not name.lower().startswith("on"), name
-            assert name not in ("style", "href", "src", "srcdoc", "action", "formaction"), name
-    return root
-
-
-def _text(element: ET.Element) -> str:
-    return " ".join("".join(element.itertext()).split())
-
-
-def _section(root: ET.Element, ident: str) -> ET.Element:
-    for section in root.iter("section"):
-        if section.get("aria-labelledby") == f"{ident}-h":
-            return section
-    raise AssertionError(f"no section {ident}")
-
-
-def _table_rows(section: ET.Element) -> list[list[str]]:
-    table = section.find(".//table")
-    assert table is not None
-    return [[_text(cell) for cell in row] for row in table.iter("tr")]
-
-
-def test_hostile_values_stay_text_everywhere() -> None:
-    weeks = _weeks(3, developers=60, values=HOSTILE)
+def test_operator_page_escapes_hostile_values() -> None:
     weeks = [
-        Week(
-            week=w.week,
-            developers=w.developers,
-            events=w.events,
-            by_django=w.by_django,
-            by_python={v: 10 for v in HOSTILE},
-            by_os={HOSTILE[1]: 60},
-            by_event={HOSTILE[0]: 1, HOSTILE[2]: 2},
-        )
-        for w in weeks
+        Week(**{**w.__dict__, "by_python": dict.fromkeys(HOSTILE, 10), "by_os": {HOSTILE[1]: 60}})
+        for w in _week_rows(3, developers=60, values=HOSTILE)
     ]
-    for doc in (_stats(weeks, app=HOSTILE[3]), publish(_stats(weeks, app=HOSTILE[3]))):
-        page = render_html(doc, generated=WHEN)
-        root = _parse(page)
-        text = _text(root)
-        for value in HOSTILE:
-            assert value in text  # shown, as text
-        assert "<script" not in page
-        assert "<img" not in page
-        assert "<iframe" not in page
-        assert page.count("<style>") == 1
-        assert page.count("</style>") == 1
-
-
-def test_control_characters_and_lone_surrogates_become_replacement_characters() -> None:
-    weeks = _weeks(1, values=["5.2\x00\x1b[31m", "\ud800x"])
-    page = render_html(_stats(weeks), generated=WHEN)
-    page.encode("utf-8")  # would raise on a lone surrogate
+    page = render_html(_stats(weeks, app=HOSTILE[3]), generated=WHEN)
     text = _text(_parse(page))
-    assert "5.2\ufffd\ufffd[31m" in text
-    assert "\ufffdx" in text
+    for value in HOSTILE:
+        assert value in text
+    assert "<script" not in page
+    assert "<iframe" not in page
+    assert "href=" not in page  # the operator's page links nowhere
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    values=st.lists(st.text(max_size=30), min_size=1, max_size=12, unique=True),
-    app=st.text(min_size=1, max_size=20),
-)
-def test_any_text_gives_a_well_formed_page(values: list[str], app: str) -> None:
-    weeks = _weeks(2, developers=12 * len(values), values=values)
-    for doc in (_stats(weeks, app=app), publish(_stats(weeks, app=app), min_count=1)):
-        page = render_html(doc, generated=WHEN)
-        page.encode("utf-8")
-        _parse(page)
-
-
-def test_the_policy_allows_exactly_the_page_stylesheet() -> None:
-    page = render_html(_stats(_weeks(2)), generated=WHEN)
-    style = re.search(r"<style>(.*?)</style>", page, re.S)
-    assert style is not None
-    digest = base64.b64encode(hashlib.sha256(style.group(1).encode()).digest()).decode()
-    assert f"default-src 'none'; style-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'" == CSP
-    assert CSP_HEADER == CSP + "; frame-ancestors 'none'"  # a <meta> policy cannot refuse framing
-    root = _parse(page)
-    metas = {m.get("http-equiv"): m.get("content") for m in root.iter("meta") if m.get("http-equiv")}
-    assert metas == {"Content-Security-Policy": CSP}
-    # Nothing loads from elsewhere.
-    for needle in ("src=", "href=", "@import", "url(", "<link", "<script"):
-        assert needle not in page
-    assert page.count("http") == page.count('xmlns="http://www.w3.org/2000/svg"') + page.count("http-equiv")
-
-
-def test_each_chart_has_a_table_with_its_numbers() -> None:
-    weeks = _weeks(6, developers=41)
-    root = _parse(render_html(_stats(weeks), generated=WHEN))
-    trend = _section(root, "trend")
-    points = [c.findtext(f"{SVG}title") for c in trend.iter(f"{SVG}circle")]
-    assert points == [f"{w.week}: 41 developers" for w in weeks]
-    rows = _table_rows(trend)
-    assert rows[0] == ["Week", "Developers", "Events"]
-    assert rows[1:] == [[w.week, "41", "82"] for w in reversed(weeks)]  # newest first
-    svg = trend.find(f".//{SVG}svg")
-    assert svg is not None
-    assert svg.get("role") == "img"
-    labels = (svg.get("aria-labelledby") or "").split()
-    assert [svg.find(f"{SVG}title").get("id"), svg.find(f"{SVG}desc").get("id")] == labels  # type: ignore[union-attr]
-    versions = _section(root, "versions")
-    segments = [r.findtext(f"{SVG}title") for r in versions.iter(f"{SVG}rect")]
-    assert segments[:2] == [f"{weeks[0].week}, 5.2: 21 developers (51%)", f"{weeks[0].week}, 4.2: 20 developers (49%)"]
-    assert len(segments) == 2 * len(weeks)
-    rows = _table_rows(versions)
-    assert rows[0] == ["Week", "5.2", "4.2"]
-    assert rows[1] == [weeks[-1].week, "21 (51%)", "20 (49%)"]
-    legend = [_text(li) for li in versions.iter("li")]
-    assert legend == ["5.2", "4.2"]
-    # The operator's page has the commands (counted in events); the public one does not.
-    assert _table_rows(_section(root, "commands"))[1] == [weeks[-1].week, "82 (100%)"]
-
-
-def test_public_page_says_what_it_hides_and_draws_no_false_zero() -> None:
-    weeks = _weeks(5, developers=40)
-    small = weeks[2]
-    weeks[2] = Week(**{**small.__dict__, "developers": 4, "by_os": {"Linux": 4}})
-    # Week 4: 5 of 40 developers counted under two Python versions: the Python breakdown is withheld.
-    weeks[3] = Week(**{**weeks[3].__dict__, "by_python": {"CPython 3.12": 25, "CPython 3.11": 20}})
-    doc = publish(_stats(weeks))
-    page = render_html(doc, generated=WHEN)
-    root = _parse(page)
+def test_operator_page_says_it_is_not_for_publishing() -> None:
+    root = _parse(render_html(_stats(_week_rows(6, developers=41)), generated=WHEN))
     text = _text(root)
-    assert "every number counts at least 10 developers" in text
-    assert "developers in all" not in text  # the all-time count is not published
-    trend = _section(root, "trend")
-    points = [c.findtext(f"{SVG}title") for c in trend.iter(f"{SVG}circle")]
-    assert f"{small.week}: 4 developers" not in points
-    assert f"{small.week}: 0 developers" not in points  # a week not shown is a gap, not a zero
-    assert len(points) == 4
-    assert [row[0] for row in _table_rows(trend)[1:]] == [weeks[i].week for i in (4, 3, 1, 0)]
-    python_rows = _table_rows(_section(root, "python"))
-    withheld = next(row for row in python_rows if row[0] == weeks[3].week)
-    assert withheld[1].startswith("not published this week")
-    assert "commands-h" not in page  # by_event is never published
-    assert "Commands are not published" in text
-
-
-def test_full_page_says_it_is_not_for_publishing() -> None:
-    text = _text(_parse(render_html(_stats(_weeks(2)), generated=WHEN)))
-    assert "These are the full numbers, for the collector's operator: no threshold is applied." in text
+    assert "These are the full numbers, for the collector's operator: exact counts, with no noise" in text
     assert "999 developers in all" in text
-
-
-def test_rare_values_share_one_other_series_in_chart_and_table() -> None:
-    values = [f"1.{i}" for i in range(MAX_SERIES + 3)]
-    root = _parse(render_html(_stats(_weeks(2, developers=10 * len(values), values=values)), generated=WHEN))
+    trend = _section(root, "trend")
+    assert [c.findtext(f"{SVG}title") for c in trend.iter(f"{SVG}circle")][-1] == "2026-W06: 41 developers"
+    assert _rows(trend)[1] == ["2026-W06", "41", "82"]
     versions = _section(root, "versions")
-    header = _table_rows(versions)[0]
-    assert header[-1] == OTHER
+    assert _rows(versions)[1] == ["2026-W06", "21 (51%)", "20 (49%)"]
+    assert _rows(_section(root, "commands"))[1] == ["2026-W06", "82 (100%)"]
+    assert "Generated 2026-12-07 09:30 UTC" in text
+
+
+def test_operator_page_folds_rare_values_into_other() -> None:
+    values = [f"1.{i}" for i in range(MAX_SERIES + 3)]
+    root = _parse(render_html(_stats(_week_rows(2, developers=10 * len(values), values=values)), generated=WHEN))
+    versions = _section(root, "versions")
+    header = _rows(versions)[0]
+    assert header[-1] == "other"
     assert len(header) == 1 + MAX_SERIES + 1
     assert [_text(li) for li in versions.iter("li")] == header[1:]
 
 
-@pytest.mark.parametrize("app", ["Django", "MyTool"])
-def test_empty_pages(app: str) -> None:
-    empty = _stats([], app=app)
-    assert "No events have been received yet." in render_html(empty, generated=WHEN)
-    public = render_html(publish(_stats(_weeks(2, developers=3), app=app)), generated=WHEN)
-    assert "No week has reached 10 developers yet." in _text(_parse(public))
-    assert f"<h1>{app} developers per week</h1>" in public
-
-
-def test_chart_keeps_two_years() -> None:
-    weeks = _weeks(130, start="2024-W01")
+def test_operator_chart_keeps_two_years() -> None:
+    weeks = _week_rows(130, start="2024-W01")
     root = _parse(render_html(_stats(weeks), generated=WHEN))
     points = [c.findtext(f"{SVG}title") for c in _section(root, "trend").iter(f"{SVG}circle")]
     assert len(points) == 104
@@ -253,12 +581,3 @@ def test_chart_keeps_two_years() -> None:
 def test_axis_top_is_four_round_steps(value: int, top: int) -> None:
     assert nice_max(value) == top
     assert top % 4 == 0
-
-
-def test_a_breakdown_withheld_in_every_week_still_says_so() -> None:
-    # 5 of 40 developers used two versions each week: the Django breakdown is withheld everywhere.
-    weeks = [Week(**{**w.__dict__, "by_django": {"5.2": 25, "4.2": 20}}) for w in _weeks(3, developers=40)]
-    root = _parse(render_html(publish(_stats(weeks)), generated=WHEN))
-    versions = _section(root, "versions")
-    assert "Not published for these weeks" in _text(versions)
-    assert [row[1].startswith("not published this week") for row in _table_rows(versions)[1:]] == [True] * 3

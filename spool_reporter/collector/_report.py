@@ -110,7 +110,7 @@ table { border-collapse: collapse; width: 100%; font-size: .85rem; overflow-wrap
 caption { text-align: left; font-weight: 600; padding: .45rem 0; }
 th, td { text-align: left; padding: .3rem .6rem; border-bottom: 1px solid #ececec; white-space: nowrap; }
 thead th { position: sticky; top: 0; background: #f6f7f7; white-space: normal; vertical-align: bottom; }
-thead th.fold { min-width: 8rem; }
+thead th.fold { min-width: 11rem; }
 caption span { position: sticky; left: .6rem; display: inline-block; max-width: calc(100cqw - 1.2rem); }
 .n { text-align: right; font-variant-numeric: tabular-nums; }
 td.none { color: #787c82; white-space: normal; }
@@ -296,11 +296,19 @@ def _when(iso: str) -> str:
     return moment.strftime("%Y-%m-%d %H:%M UTC")
 
 
+def _date(iso: str) -> str:
+    """``2026-12-04T12:00:00Z`` -> ``2026-12-04`` (escaped; shown as it is if it is no such time)."""
+    shown = _when(iso)
+    return shown[:10] if shown.endswith(" UTC") else shown
+
+
 def _day(iso: str) -> datetime.date | None:
+    """``2026-11-29`` as a date, if it is one that the schedule can count on from (``None`` otherwise)."""
     try:
-        return datetime.date.fromisoformat(iso)
+        day = datetime.date.fromisoformat(iso)
     except ValueError:
         return None
+    return day if day.year < datetime.MAXYEAR else None  # a week or a month later must still be a date
 
 
 def _number(value: Estimate) -> str:
@@ -378,13 +386,20 @@ def _licence(licence: str) -> str:
     return text
 
 
+def _relative(path: str) -> str:
+    """``/v1/stats`` -> ``v1/stats``: a link relative to the page, so that it still works when a proxy serves the
+    collector under a prefix (``https://example.org/spool/``)."""
+    return path.lstrip("/")
+
+
 def _downloads(doc: dict[str, object]) -> tuple[str, str]:
-    """The download paths the document names (the routes of :mod:`._public` if it names none)."""
+    """The download links (relative) of the paths the document names (the routes of :mod:`._public` if it names
+    none)."""
     named = _dict(doc.get("downloads"))
     paths = []
     for key, default in (("json", RELEASES_JSON_PATH), ("csv", RELEASES_CSV_PATH)):
         path = _str(named.get(key))
-        paths.append(path if path.startswith("/") and not path.startswith("//") else default)
+        paths.append(_relative(path if path.startswith("/") and not path.startswith("//") else default))
     return paths[0], paths[1]
 
 
@@ -523,7 +538,7 @@ def _periods_section(periods: Sequence[_Released]) -> str:
     if ordered:
         rows = [
             f'<tr><th scope="row"><bdi>{esc(p.name)}</bdi></th><td>{esc(p.unit)}</td>{_number_cells(p.developers)}'
-            f'<td class="n">{_eps(p.epsilon)}</td><td>{_when(p.made)[:10]}</td></tr>'
+            f'<td class="n">{_eps(p.epsilon)}</td><td>{_date(p.made)}</td></tr>'
             for p in ordered
         ]
         head = [
@@ -544,10 +559,7 @@ def _periods_section(periods: Sequence[_Released]) -> str:
             "<p>None released yet: a month, a quarter or a year is released once the week holding its last day "
             "has closed.</p>"
         )
-    return (
-        '<section aria-labelledby="periods-h"><h2 id="periods-h">Months, quarters and years</h2>'
-        f"{body}</section>"
-    )
+    return f'<section aria-labelledby="periods-h"><h2 id="periods-h">Months, quarters and years</h2>{body}</section>'
 
 
 def _public_method(doc: dict[str, object], weeks: Sequence[_Released]) -> str:
@@ -615,7 +627,7 @@ def _data_section(doc: dict[str, object]) -> str:
         f"<p>Every release as it was made, with its &#949;, mechanism, noise scale and margin, and the raw noisy "
         f'counts (which can be below zero): <a href="{esc(json_path)}">releases.json</a> (JSON) and '
         f'<a href="{esc(csv_path)}">releases.csv</a> (CSV, one number per row). The numbers of this page: '
-        f'<a href="{esc(STATS_PATH)}">{esc(STATS_PATH)}</a> (JSON). The released numbers are licensed under '
+        f'<a href="{esc(_relative(STATS_PATH))}">{esc(STATS_PATH)}</a> (JSON). The released numbers are licensed under '
         f"{licence}.</p></section>"
     )
 
