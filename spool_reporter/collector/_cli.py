@@ -549,7 +549,6 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     from . import CollectorError, open_store, public, render_html, stats
-    from ._release import Publishing
     from ._report import render_public
     from ._stats import apps
 
