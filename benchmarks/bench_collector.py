@@ -18,7 +18,8 @@ neighbour, but not every round. Peak RSS budget: 64 MiB per process.
 **In process.** The WSGI application called directly from one thread on each back end (no HTTP, no
 client processes): the ceiling the servers work under. Printed and published, not asserted.
 
-**Statistics** over a growing history, raw and rolled up: ``benchmarks/bench_stats.py``.
+**Statistics**: the operator's numbers raw and rolled up, and the public releases served: ``benchmarks/bench_stats.py``;
+the error of the released counts: ``benchmarks/bench_release.py``.
 
     python benchmarks/bench_collector.py [--clients 4] [--batches 20] [--rounds 3]
 """

@@ -1,13 +1,17 @@
-"""``GET /`` and ``GET /v1/stats`` of a real collector on a loopback port (in a thread, and as a real
-``serve`` process), filled through its real ingest endpoint; ``serve --min-count``, ``stats --min-count``
-and the WSGI module's ``SPOOL_REPORTER_COLLECTOR_MIN_COUNT``."""
+"""``GET /``, ``GET /v1/stats`` and the downloads of a real collector on a loopback port, on both back ends: they
+serve the stored releases and nothing else -- nothing before the first release, exactly :func:`document` of the
+stored releases after one, and the same bytes whatever happens to the events (a forget, late events, the
+retention) until the next release is made.
+
+The collector's clock is the test's (``Policy(clock=...)``), and its roll-ups are run by the test
+(``Collector.rollup()``), so that the releases fall due when the test says. The page's content is tested
+elsewhere (``test_public_page.py``); here only its status and headers.
+"""
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,213 +19,248 @@ import pg
 import pytest
 import urllib3
 from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
-from test_collector import batch, event, post
-from test_collector_processes import _cli, start_server
+from test_collector import batch, det_uuid4, event
 from test_collector_stores import BACKENDS
+from test_public import at, monday, week_after
 
-from spool_reporter.collector import MIN_COUNT, CollectorError, CollectorServer, make_app, publish, serve, stats
-from spool_reporter.collector._cli import register
+from spool_reporter._hook import iso_time
+from spool_reporter.collector import CollectorServer, Policy, Publishing, Retention, open_store, public
+from spool_reporter.collector._public import document, releases_csv, releases_json
+from spool_reporter.collector._release import FINAL, PROVISIONAL
 from spool_reporter.collector._report import CSP_HEADER
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from conftest import Sandbox
+from spool_reporter.collector._wsgi import Collector
 
 HTTP = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=5, read=20))
 
+WEEK = "2027-W05"
+"""The week the test's developers are active in (Monday 2027-02-01 to Sunday 2027-02-07)."""
 
-def recent_week_times(weeks: int) -> list[str]:
-    """One event time in each of the last ``weeks`` ISO weeks, oldest first, the newest a few minutes ago.
+DAY = 86400.0
+MAX_AGE_DAYS = 3
+RETAIN_DAYS = MAX_AGE_DAYS + 7 + 1
+"""As short as the collector allows (a week longer than the maximum age), so the test sees events deleted."""
 
-    Relative to now, so that a collector that refuses events far in the past keeps accepting them."""
-    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0) - datetime.timedelta(minutes=5)
-    return [(now - datetime.timedelta(weeks=back)).strftime("%Y-%m-%dT%H:%M:%SZ") for back in range(weeks - 1, -1, -1)]
+PUBLISHING = Publishing(min_count=3, licence="CC-BY-4.0")
+PATHS = ("/", "/v1/stats", "/v1/releases.json", "/v1/releases.csv")
 
 
-def fill(url: str, times: list[str]) -> list[dict[str, object]]:
-    """Post a known population: in every week 30 developers on Linux and 12 on macOS, 3 on FreeBSD, and on
-    Django 5.2 (25), 4.2 (18) or 3.2 (2); in the second week only 6 developers in all."""
-    events = []
-    for w, when in enumerate(times):
-        people = 6 if w == 1 else 45
-        for i in range(people):
-            os_name = "Linux" if i < 30 else "macOS" if i < 42 else "FreeBSD"
-            version = "5.2" if i % 45 < 25 else "4.2" if i % 45 < 43 else "3.2"
-            events.append(event(client=("dev", w, i), when=when, app_version=version, os_name=os_name))
-    for start in range(0, len(events), 500):
-        assert post(url, batch(events[start : start + 500]))[0] == 200
-    return events
+class Clock:
+    """The collector's clock, set by the test."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Public:
+    """A real collector on loopback (its public answers re-checked on every request), its clock and its store."""
+
+    def __init__(self, db: str, *, rollup_every: float = 0) -> None:
+        self.clock = Clock(at(monday(WEEK) + datetime.timedelta(days=2)))
+        store = open_store(db)
+        store.set_first_week(WEEK)
+        self.app = Collector(
+            store,
+            policy=Policy(max_age=MAX_AGE_DAYS * DAY, clock=self.clock),
+            publishing=PUBLISHING,
+            retention=Retention(retain_days=RETAIN_DAYS, rollup_every=rollup_every),
+            public_check=0.0,  # every request asks the database: what does not change the releases shows nothing
+        )
+        self.server = CollectorServer(self.app).start()
+        self.base = self.server.url.removesuffix("/v1/batch")
+
+    def get(self, path: str) -> urllib3.BaseHTTPResponse:
+        response = HTTP.request("GET", self.base + path)
+        assert response.status == 200, (path, response.status, response.data[:200])
+        return response
+
+    def served(self) -> dict[str, bytes]:
+        """The JSON and the downloads as served now (the page's bytes are not compared: see the module doc)."""
+        return {path: self.get(path).data for path in PATHS if path != "/"}
+
+    def expected(self) -> dict[str, bytes]:
+        """What the releases stored now must be served as."""
+        releases = self.app.store.releases("Django")
+        doc = document(releases, PUBLISHING)
+        assert public(self.app.store, publishing=PUBLISHING) == doc  # the public API reads the same
+        return {
+            "/v1/stats": json.dumps(doc, ensure_ascii=True).encode("ascii"),
+            "/v1/releases.json": releases_json(releases, PUBLISHING),
+            "/v1/releases.csv": releases_csv(releases, PUBLISHING),
+        }
+
+    def post_events(self, events: list[dict[str, object]]) -> dict[str, int]:
+        response = HTTP.request(
+            "POST", self.server.url, body=batch(events), headers={"Content-Type": "application/json"}
+        )
+        assert response.status == 200, response.data
+        answer: dict[str, int] = json.loads(response.data)
+        return answer
+
+    def forget(self, client: object) -> int:
+        body = json.dumps({"client_id": det_uuid4("client", client)}).encode()
+        response = HTTP.request(
+            "POST", self.base + "/v1/forget", body=body, headers={"Content-Type": "application/json"}
+        )
+        assert response.status == 200, response.data
+        deleted: int = json.loads(response.data)["deleted"]
+        return deleted
+
+    def stop(self) -> None:
+        self.server.stop()  # closes the store
 
 
 @pytest.fixture(params=BACKENDS)
-def public(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[CollectorServer, Path | str]]:
-    """A real embedded collector on loopback and its database (SQLite, and PostgreSQL where it can run), filled
-    by :func:`fill` over three weeks."""
+def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Public]:
     if request.param == "sqlite":
-        db: Path | str = tmp_path / "collector.sqlite3"
+        db = str(tmp_path / "c.sqlite3")
     else:
         server: pg.Server = request.getfixturevalue("pg_server")
         db = server.url()
-    with serve(db) as srv:
-        fill(srv.url, recent_week_times(3))
-        yield srv, db
+    collector = Public(db)
+    try:
+        yield collector
+    finally:
+        collector.stop()
 
 
-def _base(server: CollectorServer) -> str:
-    return server.url.removesuffix("/v1/batch")
+def developers(week: str, first: int, count: int, *, day: int = 1) -> list[dict[str, object]]:
+    """``count`` developers (numbered from ``first``) with two events each on ``day`` of ``week``."""
+    when = iso_time(at(monday(week) + datetime.timedelta(days=day), 9.0))
+    out = []
+    for i in range(first, first + count):
+        version = ["5.2", "4.2", "6.0"][i % 3]
+        os_name = ["Linux", "macOS", "Windows"][i % 3]
+        for name in ("startproject", "runserver"):
+            out.append(
+                event(client=("dev", i), when=when, name=name, app_version=version, os_name=os_name, valid=False)
+            )
+    return out
 
 
-def test_v1_stats_is_the_public_document(public: tuple[CollectorServer, Path | str]) -> None:
-    server, db = public
-    response = HTTP.request("GET", _base(server) + "/v1/stats")
-    assert response.status == 200
-    assert response.headers["Content-Type"] == "application/json"
-    assert response.headers["Cache-Control"] == "no-store"
-    assert response.headers["X-Content-Type-Options"] == "nosniff"
-    doc = json.loads(response.data)
-    assert doc == json.loads(json.dumps(publish(stats(db)).as_dict()))
-    assert doc["min_count"] == 10
-    assert doc["developers"] is None
-    assert len(doc["weeks"]) == 2  # the week of 6 developers is not published
-    for week in doc["weeks"]:
-        assert week["developers"] == 45
-        assert week["by_os"] == {"Linux": 30, "other": 15}  # FreeBSD (3) is small; macOS (12) joins it
-        assert week["by_django"] == {"5.2": 25, "other": 20}  # 3.2 (2) is small; 4.2 (18) joins it
-        assert week["by_event"] == {}
-    assert b"FreeBSD" not in response.data
-    # The operator's numbers still have everything.
-    full = stats(db).as_dict()
-    assert [w["developers"] for w in full["weeks"]] == [45, 6, 45]  # type: ignore[index]
+def _set(collector: Public, day: datetime.date, hour: float) -> None:
+    collector.clock.now = at(day, hour)
 
 
-def test_page_is_served_with_its_policy(public: tuple[CollectorServer, Path | str]) -> None:
-    server, _ = public
-    response = HTTP.request("GET", _base(server) + "/")
-    assert response.status == 200
-    assert response.headers["Content-Type"] == "text/html; charset=utf-8"
-    assert response.headers["Content-Security-Policy"] == CSP_HEADER
-    assert response.headers["X-Content-Type-Options"] == "nosniff"
-    assert response.headers["Referrer-Policy"] == "no-referrer"
-    page = response.data.decode("utf-8")
-    assert "<h1>Django developers per week</h1>" in page
-    assert "FreeBSD" not in page
-    assert "3.2" not in page
+# -- nothing before a release --------------------------------------------------------------------------------------
 
 
-def test_public_paths_take_get_only(public: tuple[CollectorServer, Path | str]) -> None:
-    server, _ = public
-    for path in ("/", "/v1/stats"):
-        response = HTTP.request("POST", _base(server) + path, body=b"{}", headers={"Content-Type": "application/json"})
-        assert response.status == 405
+def test_nothing_is_served_before_a_release(served: Public) -> None:
+    assert served.post_events(developers(WEEK, 0, 30)) == {"accepted": 60, "duplicates": 0, "rejected": 0}
+    done = served.app.rollup()  # Wednesday of the week: nothing has ended, nothing is due
+    assert (done.ran, done.released, done.release_error) == (True, (), "")
+    answers = served.served()
+    assert answers == served.expected()
+    doc = json.loads(answers["/v1/stats"])
+    assert doc["made"] is None
+    assert (doc["weeks"], doc["months"], doc["quarters"], doc["years"]) == ([], [], [], [])
+    assert json.loads(answers["/v1/releases.json"]) == {"app": "Django", "licence": "CC-BY-4.0", "releases": []}
+    assert answers["/v1/releases.csv"].count(b"\r\n") == 1  # the header only
+    assert b"5.2" not in answers["/v1/stats"]  # no number of the events stored
+
+
+# -- the releases, and only they -----------------------------------------------------------------------------------
+
+
+def test_routes_serve_the_stored_releases_and_nothing_else_changes_them(served: Public) -> None:
+    week_monday = monday(WEEK)
+    served.post_events(developers(WEEK, 0, 30))
+    before = served.served()
+
+    # The week has ended: its provisional release is made, and served exactly.
+    _set(served, week_monday + datetime.timedelta(days=7), 1.0)
+    done = served.app.rollup()
+    assert [(r.period, r.kind) for r in done.released] == [(WEEK, PROVISIONAL)]
+    first = served.served()
+    assert first == served.expected()
+    assert first["/v1/stats"] != before["/v1/stats"]
+    doc = json.loads(first["/v1/stats"])
+    assert [(w["week"], w["release"], w["week_epsilon"]) for w in doc["weeks"]] == [(WEEK, PROVISIONAL, 0.5)]
+    assert doc["made"] == iso_time(served.clock.now)
+
+    # A forget, late events of the released week, newcomers, and another roll-up with nothing due: the same bytes.
+    assert served.forget(("dev", 0)) == 2
+    late = developers(WEEK, 30, 12, day=5)  # Saturday of the week: inside the 3-day window, the week still open
+    assert served.post_events(late)["accepted"] == 24
+    assert served.post_events(developers(week_after(WEEK), 100, 5, day=0))["accepted"] == 10
+    again = served.app.rollup()
+    assert (again.ran, again.released, again.deleted) == (True, (), 0)
+    assert served.served() == first
+
+    # The week closes (its events are older than the maximum age): its final release is made; the provisional one
+    # stays stored and downloadable byte for byte, and the page shows the final one.
+    _set(served, week_monday + datetime.timedelta(days=10), 12.0)
+    closing = served.app.rollup()
+    assert closing.closed_through == WEEK
+    assert [(r.period, r.kind) for r in closing.released] == [(WEEK, FINAL)]
+    second = served.served()
+    assert second == served.expected()
+    (provisional,) = (r for r in served.app.store.releases("Django") if r.kind == PROVISIONAL)
+    assert provisional.body.encode("ascii") in second["/v1/releases.json"]
+    assert set(first["/v1/releases.csv"].split(b"\r\n")) <= set(second["/v1/releases.csv"].split(b"\r\n"))
+    doc = json.loads(second["/v1/stats"])
+    assert [(w["week"], w["release"], w["week_epsilon"]) for w in doc["weeks"]] == [(WEEK, FINAL, 1.0)]
+
+    # Ten days later the retention deletes the week's events. No release is due: the next week began before the
+    # retention window when this roll-up ran, and none after it has ended. Every answer keeps its bytes.
+    stored = served.app.store.releases("Django")
+    _set(served, week_monday + datetime.timedelta(days=18), 12.0)
+    late_rollup = served.app.rollup()
+    assert late_rollup.deleted >= 60
+    assert late_rollup.released == ()
+    assert served.app.store.releases("Django") == stored
+    assert served.served() == second
+
+
+def test_a_request_starts_the_rollup_that_makes_a_due_release(tmp_path: Path) -> None:
+    """Releases fall due with time: a GET (not only a batch) starts the background roll-up, at the collector's
+    own clock; the answers then serve what it made."""
+    collector = Public(str(tmp_path / "c.sqlite3"), rollup_every=3600)
+    try:
+        collector.clock.now = at(monday(WEEK) + datetime.timedelta(days=8))
+        collector.get("/v1/stats")  # answered at once, with or without the release: the roll-up runs beside it
+        assert collector.app.wait_rollup(30)
+        assert [(r.period, r.kind) for r in collector.app.store.releases("Django")] == [(WEEK, PROVISIONAL)]
+        assert collector.served() == collector.expected()
+        assert json.loads(collector.get("/v1/stats").data)["weeks"][0]["week"] == WEEK
+    finally:
+        collector.stop()
+
+
+# -- headers and methods -------------------------------------------------------------------------------------------
+
+
+def test_headers(served: Public) -> None:
+    served.post_events(developers(WEEK, 0, 3))
+    _set(served, monday(WEEK) + datetime.timedelta(days=7), 1.0)
+    assert served.app.rollup().released
+    json_policy = "default-src 'none'; frame-ancestors 'none'"
+    expected = {
+        "/": ("text/html; charset=utf-8", CSP_HEADER, None),
+        "/v1/stats": ("application/json", json_policy, None),
+        "/v1/releases.json": ("application/json", json_policy, "attachment"),
+        "/v1/releases.csv": ("text/csv; charset=utf-8", json_policy, "attachment"),
+    }
+    for path, (content_type, policy, disposition) in expected.items():
+        response = served.get(path)
+        headers = response.headers
+        assert headers["Content-Type"] == content_type, path
+        assert headers["Content-Security-Policy"] == policy, path
+        assert headers["X-Content-Type-Options"] == "nosniff", path
+        assert headers["Cache-Control"] == "no-store", path
+        assert headers.get("Content-Disposition") == disposition, path
+        assert int(headers["Content-Length"]) == len(response.data), path
+        assert "Set-Cookie" not in headers
+    assert served.get("/").headers["Referrer-Policy"] == "no-referrer"
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
+def test_public_paths_take_get_only(served: Public, method: str) -> None:
+    for path in PATHS:
+        response = HTTP.request(method, served.base + path, body=b"{}", headers={"Content-Type": "application/json"})
+        assert response.status == 405, path
         assert response.headers["Allow"] == "GET"
-    assert HTTP.request("GET", _base(server) + "/v1/stats/").status == 404
-
-
-def test_min_count_is_the_servers_choice(tmp_path: Path) -> None:
-    db = tmp_path / "collector.sqlite3"
-    with serve(db, min_count=2) as server:
-        fill(server.url, recent_week_times(3))
-        doc = json.loads(HTTP.request("GET", _base(server) + "/v1/stats").data)
-    assert doc["min_count"] == 2
-    assert [w["developers"] for w in doc["weeks"]] == [45, 6, 45]
-    with pytest.raises(ValueError, match="at least 1"):
-        make_app(db, min_count=0)
-
-
-def test_wsgi_module_reads_min_count(tmp_path: Path) -> None:
-    db = tmp_path / "collector.sqlite3"
-    from spool_reporter.collector import wsgi
-
-    env = {wsgi.DB_VARIABLE: str(db)}
-    for value, expected in ((None, 10), ("25", 25)):
-        app = wsgi.from_environ(env if value is None else {**env, "SPOOL_REPORTER_COLLECTOR_MIN_COUNT": value})
-        app.store.close()  # Python 3.13 warns about a connection left to the garbage collector
-        assert app.min_count == expected
-    for bad in ("0", "ten", "-1"):
-        with pytest.raises(CollectorError, match=r"SPOOL_REPORTER_COLLECTOR_MIN_COUNT: .*at least 1"):
-            wsgi.from_environ({**env, "SPOOL_REPORTER_COLLECTOR_MIN_COUNT": bad})
-
-
-# -- the commands: serve --min-count, stats --min-count ----------------------------------------------------
-
-
-def test_serve_min_count_and_stats_min_count_agree(tmp_path: Path, sandbox: Sandbox) -> None:
-    db = tmp_path / "c.sqlite3"
-    served = start_server(db, sandbox.env, tmp_path, "--min-count", "5")
-    try:
-        fill(served.url, recent_week_times(3))
-        base = served.url.removesuffix("/v1/batch")
-        served_doc = json.loads(HTTP.request("GET", base + "/v1/stats").data)
-        page = HTTP.request("GET", base + "/").data.decode()
-    finally:
-        served.stop()
-    assert served.proc.returncode == 0
-    assert served_doc["min_count"] == 5
-    assert [w["developers"] for w in served_doc["weeks"]] == [45, 6, 45]
-    # The operator sees exactly what was published with --min-count, and everything without it.
-    done = _cli(sandbox.env, "stats", "--db", str(db), "--json", "--min-count", "5")
-    assert (done.returncode, done.stderr) == (0, "")
-    assert json.loads(done.stdout) == served_doc
-    full = _cli(sandbox.env, "stats", "--db", str(db), "--json")
-    assert json.loads(full.stdout) == json.loads(json.dumps(stats(db).as_dict()))
-    text = _cli(sandbox.env, "stats", "--db", str(db), "--min-count", "10")
-    assert text.stdout.splitlines()[0] == f"Django: 2 weeks published, no number under 10 developers ({db})"
-    assert "FreeBSD" not in text.stdout
-    assert "FreeBSD" in _cli(sandbox.env, "stats", "--db", str(db)).stdout
-    # --html writes the page GET / serves (apart from the time it was made).
-    report = tmp_path / "page.html"
-    assert _cli(sandbox.env, "stats", "--db", str(db), "--min-count", "5", "--html", str(report)).returncode == 0
-    assert _without_time(report.read_text(encoding="utf-8")) == _without_time(page)
-
-
-def _without_time(page: str) -> str:
-    return re.sub(r"Generated [0-9-]+ [0-9:]+ UTC", "Generated", page)
-
-
-@pytest.mark.parametrize("command", ["serve", "stats"])
-@pytest.mark.parametrize("value", ["0", "many"])
-def test_min_count_usage_errors(tmp_path: Path, sandbox: Sandbox, command: str, value: str) -> None:
-    done = _cli(sandbox.env, command, "--db", str(tmp_path / "c.sqlite3"), "--min-count", value)
-    assert done.returncode == 2
-    assert done.stderr.splitlines()[-1].endswith(
-        f"the minimum count must be a whole number of at least 1, got {value!r}"
-    )
-    assert "Traceback" not in done.stderr
-
-
-def test_serve_default_is_the_public_default() -> None:
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
-    args = parser.parse_args(["collector", "serve", "--db", "x"])
-    assert args.min_count == MIN_COUNT
-    assert parser.parse_args(["collector", "stats", "--db", "x"]).min_count is None
-
-
-def test_public_numbers_are_recomputed_at_most_once_per_ttl(tmp_path: Path) -> None:
-    """The open weeks are read from the raw events, which costs seconds at scale: a process computes them at
-    most once per ``ttl``, and a request that finds them stale while another recomputes gets the old copy."""
-    from test_collector import POLICY, _call
-
-    app = make_app(tmp_path / "c.sqlite3", policy=POLICY, min_count=1)
-    try:
-
-        def developers() -> list[int]:
-            status, out = _call(app, "GET", "/v1/stats", b"", {})
-            assert status == "200 OK"
-            return [w["developers"] for w in json.loads(out)["weeks"]]
-
-        def add(client: str) -> None:
-            body = batch([event(client=client)])
-            headers = {"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body))}
-            assert _call(app, "POST", "/v1/batch", body, headers)[0] == "200 OK"
-
-        add("a")
-        assert developers() == [1]
-        add("b")
-        assert developers() == [1]  # still the copy: younger than the ttl
-        app.public.ttl = 0.0
-        with app.public._computing:  # another request is recomputing: this one answers with the copy
-            assert developers() == [1]
-        assert developers() == [2]
-    finally:
-        app.store.close()
+    for path in ("/v1/stats/", "/v1/releases", "/v1/releases.xml"):
+        assert HTTP.request("GET", served.base + path).status == 404

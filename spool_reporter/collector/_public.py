@@ -28,7 +28,7 @@ import time
 
 from spool_reporter._event import OTHER
 
-from ._release import BREAKDOWNS, Publishing
+from ._release import BREAKDOWNS, FINAL, Publishing
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -127,9 +127,11 @@ def document(releases: Sequence[Release], publishing: Publishing) -> dict[str, o
     newest: dict[str, dict[str, object]] = {}
     spent: dict[str, float] = {}
     made = ""
-    for item in sorted(releases, key=lambda r: (r.period, r.made)):
+    # A final release is made after the provisional one; in the same second (another process closed the week),
+    # it is still the newer one, whatever order the releases come in.
+    for item in sorted(releases, key=lambda r: (r.period, r.made, r.kind == FINAL)):
         body = json.loads(item.body)
-        newest[item.period] = body  # a final release is made after the provisional one
+        newest[item.period] = body
         spent[item.period] = spent.get(item.period, 0.0) + item.epsilon
         made = max(made, item.made)
     doc: dict[str, object] = {
