@@ -27,7 +27,15 @@ from test_collector import det_uuid4
 from spool_reporter._event import OS_FAMILIES, OTHER
 from spool_reporter._hook import iso_time
 from spool_reporter.collector import Retention, _release, open_store
-from spool_reporter.collector._public import CSV_COLUMNS, document, number, releases_csv, releases_json
+from spool_reporter.collector._public import (
+    CSV_COLUMNS,
+    FAMILY_ALPHA,
+    cell_threshold,
+    document,
+    number,
+    releases_csv,
+    releases_json,
+)
 from spool_reporter.collector._release import (
     ALPHA,
     BREAKDOWNS,
@@ -477,9 +485,13 @@ def test_nothing_whose_start_the_retention_may_have_deleted() -> None:
     for retain in (30, 37, 44.5, 45, 60):
         names = [name for name, _, _ in _due(now, retain_days=retain)]
         starts = [monday(n) for n in names]
-        assert all(s > today - datetime.timedelta(days=retain) for s in starts), (retain, names)
-        # ... and everything that starts a day later than that is still released.
-        assert names == [n for n in released if monday(n) >= today - datetime.timedelta(days=math.floor(retain) - 1)]
+        # The roll-up deletes the days before the day of (now - retain): a period from that day on is whole ...
+        first_kept = (
+            datetime.datetime.fromtimestamp(now, datetime.timezone.utc) - datetime.timedelta(days=retain)
+        ).date()
+        assert all(s >= first_kept for s in starts), (retain, names)
+        # ... and everything that starts on today - floor(retain) or later (never before that day) is released.
+        assert names == [n for n in released if monday(n) >= today - datetime.timedelta(days=math.floor(retain))]
 
 
 def test_months_quarters_and_years_once_the_week_of_their_last_day_is_closed() -> None:
@@ -759,8 +771,11 @@ def test_document_shows_each_periods_newest_release(store: Store) -> None:
         assert shown["epsilon"] == item.epsilon
         assert shown["margin"] == body["margin"] == 37
         assert shown["developers"] == number(body["developers"], 37, 5)
+        # The cells: "fewer than N" from the family-wise threshold (58 cells at scale 12: 77), the intervals are
+        # each cell's own 95 % margin.
+        assert shown["cell_threshold"] == cell_threshold(body["scale"], 58) == 77
         for name in BREAKDOWNS:
-            assert shown[name] == {v: number(n, 37, 5) for v, n in body[name].items()}
+            assert shown[name] == {v: number(n, 37, 5, threshold=77) for v, n in body[name].items()}
             order = list(shown[name])
             assert order[-1] == OTHER
             named = order[:-1]
@@ -871,3 +886,24 @@ def test_first_week_of() -> None:
     for bad in ("2027-W53", "2026-W00", "2026-w01", "2026-W1", "W01", ""):
         with pytest.raises(ValueError, match="not an ISO week"):
             first_week_of(bad)
+
+
+def test_a_value_nobody_used_rarely_shows_a_number() -> None:
+    """The cells' "fewer than N" is family-wise: in a release of a week, with every one of its 58 cells empty, any
+    cell reaches N in at most FAMILY_ALPHA of the releases (one in twenty); the per-cell margin would let one
+    through in most releases. 3,000 releases through the mechanism the releases use."""
+    noisy = Noisy(sensitivity=WEEK_SENSITIVITY, epsilon=0.5)
+    threshold = cell_threshold(noisy.scale, 58)
+    trials = 3000
+    shown_at_threshold = shown_at_margin = 0
+    for _ in range(trials):
+        draws = noisy([0] * 58)
+        shown_at_threshold += max(draws) >= threshold
+        shown_at_margin += max(draws) >= noisy.margin
+    slack = 4 * math.sqrt(FAMILY_ALPHA * (1 - FAMILY_ALPHA) / trials)  # four standard deviations
+    assert shown_at_threshold / trials <= FAMILY_ALPHA + slack
+    assert shown_at_threshold / trials >= FAMILY_ALPHA / 4  # not a threshold so high that nothing ever shows
+    assert shown_at_margin / trials > 0.5  # what the per-cell margin did
+    # The formula is the distribution's own: P(X >= t) = q^t / (1 + q), q = exp(-1/b), summed over the cells.
+    q = math.exp(-1 / noisy.scale)
+    assert 58 * q**threshold / (1 + q) <= FAMILY_ALPHA < 58 * q ** (threshold - 1) / (1 + q)

@@ -199,7 +199,9 @@ def test_the_served_page_at_phone_tablet_and_desktop_width(served: Served, page:
                 assert abs(t_top - top) < 100
         assert charts["trend"]["circles"] == 9  # nine weeks released, each above the threshold
         assert charts["trend"]["bands"] == 1
-        assert charts["versions"]["rects"] >= 9 * 3
+        # Three versions of ~110 developers a week, drawn named unless the noise takes one under the cells'
+        # threshold (77) that week, and the fold of the rest: at least two bars a week whatever the noise.
+        assert charts["versions"]["rects"] >= 9 * 2
         assert found["tables"][0]["rows"] == 1 + 9  # the trend's table: a header and the released weeks
         if width <= 390:  # the widest table does scroll on a phone, so the check of its last column meant something
             assert any(t["scrolls"] for t in found["tables"])

@@ -203,10 +203,11 @@ def test_routes_serve_the_stored_releases_and_nothing_else_changes_them(served: 
     doc = json.loads(second["/v1/stats"])
     assert [(w["week"], w["release"], w["week_epsilon"]) for w in doc["weeks"]] == [(WEEK, FINAL, 1.0)]
 
-    # Ten days later the retention deletes the week's events. No release is due: the next week began before the
-    # retention window when this roll-up ran, and none after it has ended. Every answer keeps its bytes.
+    # Eleven days later the retention deletes the week's events. No release is due: the next week began a day
+    # before the first day the retention keeps when this roll-up ran, and none after it has ended. Every answer
+    # keeps its bytes.
     stored = served.app.store.releases("Django")
-    _set(served, week_monday + datetime.timedelta(days=18), 12.0)
+    _set(served, week_monday + datetime.timedelta(days=19), 12.0)
     late_rollup = served.app.rollup()
     assert late_rollup.deleted >= 60
     assert late_rollup.released == ()

@@ -8,9 +8,13 @@ released numbers, which spends no privacy budget and cannot weaken the guarantee
 - each released count n (true count plus noise, possibly below zero) is shown as an **estimate** ``max(n, 0)``
   with its 95 % **interval** ``[max(n - m, 0), n + m]``, where m is the release's margin (the noise stays within
   ±m with probability 95 %);
-- an estimate below N, the larger of the display threshold (``--min-count``, default :data:`MIN_COUNT`) and the
-  release's margin, is marked ``"fewer_than": N`` and the page shows "fewer than N": such a number cannot be
-  told apart from zero (its interval reaches 0), so printing it would only show the noise;
+- an estimate below N is marked ``"fewer_than": N`` and the page shows "fewer than N": such a number cannot be
+  told apart from zero, so printing it would only show the noise. For a period's total, N is the larger of
+  the display threshold (``--min-count``, default :data:`MIN_COUNT`) and the release's margin (its interval
+  would reach 0). For the cells of a week's breakdowns, of which a release has some sixty (most of them values
+  nobody used, such as Django 1.8 or GraalPy 3.16), N is the larger of the display threshold and
+  :func:`cell_threshold`: a value that nobody used shows a number in at most one release in twenty, instead of
+  in most of them;
 - a week shows its newest release (the final one once the week closed, else the provisional one); the
   downloads hold every release, with its ε, its mechanism and the licence.
 
@@ -23,12 +27,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import threading
 import time
 
 from spool_reporter._event import OTHER
 
 from ._release import BREAKDOWNS, FINAL, Publishing
+from ._store import CollectorError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -83,23 +89,39 @@ def check_min_count(min_count: int) -> int:
     return min_count
 
 
-def number(released: int, margin: int, min_count: int) -> dict[str, int]:
+FAMILY_ALPHA: Final = 0.05
+"""The chance, per release, that any breakdown cell of a value nobody used is shown with a number."""
+
+
+def cell_threshold(scale: float, cells: int) -> int:
+    """The smallest N such that, among ``cells`` cells with discrete Laplace noise of ``scale`` and a true count of
+    0, any estimate reaches N with probability at most :data:`FAMILY_ALPHA` (a union bound over the cells).
+
+    For the discrete Laplace distribution, P(X = k) = (1 - q) / (1 + q) q^|k| with q = exp(-1/scale), so
+    P(X >= t) = q^t / (1 + q) for t >= 1. Post-processing of the release's public scale: it spends no budget.
+    """
+    q = math.exp(-1.0 / scale)
+    target = FAMILY_ALPHA / max(cells, 1)
+    return max(1, math.ceil(math.log(target * (1 + q)) / math.log(q)))
+
+
+def number(released: int, margin: int, min_count: int, *, threshold: int | None = None) -> dict[str, int]:
     """One released count as published: ``{"estimate", "low", "high"}``, and ``"fewer_than": N`` when the estimate
-    is below N = max(``min_count``, ``margin``)."""
+    is below N = max(``min_count``, ``threshold``), where ``threshold`` is ``margin`` unless given."""
     estimate = max(released, 0)
     out = {"estimate": estimate, "low": max(released - margin, 0), "high": max(released + margin, 0)}
-    shown_from = max(min_count, margin)
+    shown_from = max(min_count, margin if threshold is None else threshold)
     if estimate < shown_from:
         out["fewer_than"] = shown_from
     return out
 
 
-def _cells(released: dict[str, int], margin: int, min_count: int) -> dict[str, dict[str, int]]:
+def _cells(released: dict[str, int], margin: int, min_count: int, threshold: int) -> dict[str, dict[str, int]]:
     # Shown first by estimate (the larger first), then by name; "other" last. The order is post-processing too.
     named = sorted((v for v in released if v != OTHER), key=lambda v: (-max(released[v], 0), v))
     if OTHER in released:
         named.append(OTHER)
-    return {value: number(released[value], margin, min_count) for value in named}
+    return {value: number(released[value], margin, min_count, threshold=threshold) for value in named}
 
 
 def _period(body: dict[str, object], min_count: int, week_epsilon: float | None) -> dict[str, object]:
@@ -117,8 +139,11 @@ def _period(body: dict[str, object], min_count: int, week_epsilon: float | None)
     }
     if unit == "week":
         out["week_epsilon"] = week_epsilon
+        cells = sum(len(body[name]) for name in BREAKDOWNS)  # type: ignore[arg-type]
+        threshold = cell_threshold(float(body["scale"]), cells)  # type: ignore[arg-type]
+        out["cell_threshold"] = max(min_count, threshold)
         for name in BREAKDOWNS:
-            out[name] = _cells(body[name], margin, min_count)  # type: ignore[arg-type]
+            out[name] = _cells(body[name], margin, min_count, threshold)  # type: ignore[arg-type]
     return out
 
 
@@ -127,9 +152,9 @@ def document(releases: Sequence[Release], publishing: Publishing) -> dict[str, o
     newest: dict[str, dict[str, object]] = {}
     spent: dict[str, float] = {}
     made = ""
-    # A final release is made after the provisional one; in the same second (another process closed the week),
-    # it is still the newer one, whatever order the releases come in.
-    for item in sorted(releases, key=lambda r: (r.period, r.made, r.kind == FINAL)):
+    # A week's final release is shown over its provisional one, whatever order they come in and whatever their
+    # times say (made in the same second by another process, or by a clock set back).
+    for item in sorted(releases, key=lambda r: (r.period, r.kind == FINAL, r.made)):
         body = json.loads(item.body)
         newest[item.period] = body
         spent[item.period] = spent.get(item.period, 0.0) + item.epsilon
@@ -140,7 +165,8 @@ def document(releases: Sequence[Release], publishing: Publishing) -> dict[str, o
             f"differential privacy: each number is a true count plus discrete Laplace noise; for each week, "
             f"month, quarter and year, whether one developer took part, and which versions they used, changes "
             f"the probability of anything published about it by at most a factor e^epsilon "
-            f"(epsilon {publishing.epsilon:g} per developer per period by default; each period states its own)"
+            f"(epsilon {publishing.epsilon:g} per developer per period as this collector is set; each period "
+            f"states the epsilon it was released with)"
         ),
         "epsilon": publishing.epsilon,
         "min_count": publishing.min_count,
@@ -198,7 +224,7 @@ def releases_csv(releases: Sequence[Release], publishing: Publishing) -> bytes:
         for name in BREAKDOWNS:
             for value, n in body.get(name, {}).items():
                 writer.writerow([*head, name, value, n, publishing.licence])
-    return out.getvalue().encode("ascii", "backslashreplace")
+    return out.getvalue().encode("utf-8")
 
 
 _JSON_CSP: Final = "default-src 'none'; frame-ancestors 'none'"
@@ -210,7 +236,9 @@ class Served:
     """The public answers of one process, rebuilt only when a release was added (:data:`CHECK_SECONDS`).
 
     Every answer is a function of the stored releases and the :class:`Publishing` settings alone, so all
-    processes serve the same bytes.
+    processes serve the same bytes. Each answer is built when it is first asked for (the page and the document
+    do not wait for the CSV download). While the database cannot be read, the answers already built are
+    served; with none yet, the request fails as the database does (``503`` when it is unavailable).
     """
 
     def __init__(self, store: Store, publishing: Publishing, *, check_every: float = CHECK_SECONDS) -> None:
@@ -220,34 +248,50 @@ class Served:
         self._lock = threading.Lock()
         self._mark: tuple[int, str] | None = None
         self._checked = -1e18  # monotonic
+        self._releases: list[Release] = []
+        self._doc: dict[str, object] = {}
         self._answers: dict[str, Answer] = {}
 
     def answer(self, path: str) -> Answer:
         """The answer to ``GET path`` for one of :data:`PATHS`."""
-        if time.monotonic() - self._checked >= self.check_every:
-            with self._lock:
-                if time.monotonic() - self._checked >= self.check_every:
-                    mark = self.store.release_mark(self.publishing.app)
-                    if mark != self._mark:
-                        self._answers = self._build(self.store.releases(self.publishing.app))
-                        self._mark = mark
-                    self._checked = time.monotonic()
-        return self._answers[path]
+        with self._lock:
+            if time.monotonic() - self._checked >= self.check_every:
+                self._refresh()
+            got = self._answers.get(path)
+            if got is None:
+                got = self._answers[path] = self._build(path)
+            return got
 
-    def _build(self, releases: list[Release]) -> dict[str, Answer]:
-        from ._report import CSP_HEADER, render_public  # the page's module imports this one
+    def _refresh(self) -> None:
+        app = self.publishing.app
+        try:
+            mark = self.store.release_mark(app)
+            if mark != self._mark:
+                releases = self.store.releases(app)
+                self._releases, self._doc, self._answers = releases, document(releases, self.publishing), {}
+                self._mark = mark
+        except CollectorError:
+            if self._mark is None:
+                raise  # nothing to serve instead
+        self._checked = time.monotonic()
 
-        doc = document(releases, self.publishing)
+    def _build(self, path: str) -> Answer:
         json_headers = [("Content-Security-Policy", _JSON_CSP), ("X-Content-Type-Options", "nosniff")]
-        page_headers = [
-            ("Content-Security-Policy", CSP_HEADER),
-            ("X-Content-Type-Options", "nosniff"),
-            ("Referrer-Policy", "no-referrer"),
-        ]
         download = [*json_headers, ("Content-Disposition", "attachment")]
-        return {
-            PAGE_PATH: (200, render_public(doc).encode("utf-8"), "text/html; charset=utf-8", page_headers),
-            STATS_PATH: (200, json.dumps(doc, ensure_ascii=True).encode("ascii"), "application/json", json_headers),
-            RELEASES_JSON_PATH: (200, releases_json(releases, self.publishing), "application/json", download),
-            RELEASES_CSV_PATH: (200, releases_csv(releases, self.publishing), "text/csv; charset=utf-8", download),
-        }
+        if path == PAGE_PATH:
+            from ._report import CSP_HEADER, render_public  # the page's module imports this one
+
+            page_headers = [
+                ("Content-Security-Policy", CSP_HEADER),
+                ("X-Content-Type-Options", "nosniff"),
+                ("Referrer-Policy", "no-referrer"),
+            ]
+            return 200, render_public(self._doc).encode("utf-8"), "text/html; charset=utf-8", page_headers
+        if path == STATS_PATH:
+            return 200, json.dumps(self._doc, ensure_ascii=True).encode("ascii"), "application/json", json_headers
+        if path == RELEASES_JSON_PATH:
+            return 200, releases_json(self._releases, self.publishing), "application/json", download
+        if path == RELEASES_CSV_PATH:
+            return 200, releases_csv(self._releases, self.publishing), "text/csv; charset=utf-8", download
+        msg = f"not a public path: {path!r}"
+        raise ValueError(msg)

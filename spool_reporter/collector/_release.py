@@ -344,8 +344,9 @@ def due(
     """
     today = datetime.datetime.fromtimestamp(now, datetime.timezone.utc).date()
     start = _monday(first_week) if first_week else today
-    keep_from = today - datetime.timedelta(days=math.floor(retain_days))  # events before it may be deleted
-    start = max(start, keep_from + datetime.timedelta(days=1))
+    # The roll-up deletes the events of days before the cutoff's day (``_rollup``): from keep_from on, all are kept.
+    keep_from = today - datetime.timedelta(days=math.floor(retain_days))
+    start = max(start, keep_from)
     ended = today - datetime.timedelta(days=1)
     plans: list[Plan] = []
     for period in periods(start, ended):

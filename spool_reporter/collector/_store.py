@@ -322,9 +322,8 @@ class Store:
         return [Release(str(a), str(p), str(k), str(m), float(e), str(b)) for a, p, k, m, e, b in rows]  # type: ignore[arg-type]
 
     def release_mark(self, app: str) -> tuple[int, str]:
-        """(releases of ``app``, the newest ``made``): changes whenever a release is added, costs one index read."""
-        if self.schema_version() < 4:
-            return 0, ""
+        """(releases of ``app``, the newest ``made``): changes whenever a release is added, costs one index read
+        (one query: the store must be of schema 4, as the collector's own is once it has migrated it)."""
         with self.reading() as reader:
             ((n, made),) = reader.query("SELECT COUNT(*), COALESCE(MAX(made), '') FROM releases WHERE app = ?", (app,))
         return int(n), str(made)  # type: ignore[call-overload]
