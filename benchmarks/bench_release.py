@@ -9,7 +9,9 @@ releases of that week are drawn through ``_release.Noisy``, the mechanism the re
 budget: ε 1 a week, 0.5 for each of its two releases (the provisional and the final release are each one
 such draw; the page shows the final one). Each released number is post-processed by ``_public.number`` as it
 is published: the estimate ``max(n, 0)``, the 95 % interval ``[low, high]``, and ``fewer_than: N`` (shown as
-"fewer than N", N the larger of the display threshold and the release's margin) when the estimate is below N.
+"fewer than N") when the estimate is below N: for the week's total N is the larger of the display threshold and
+the release's margin; for a breakdown cell, the larger of the display threshold and the family-wise threshold
+(``_public.cell_threshold``: a value nobody used shows a number in at most one release in twenty).
 
 Figures, per size, over every draw:
 
@@ -69,6 +71,7 @@ def measure(
 
     noisy = _release.Noisy(sensitivity=_release.WEEK_SENSITIVITY, epsilon=_release.EPSILON * _release.PROVISIONAL_SHARE)
     order = [(name, value) for name, counts in cells.items() for value in counts]
+    threshold = _public.cell_threshold(noisy.scale, len(order))
     true = [true_total, *(cells[name][value] for name, value in order)]
     in_cells = sum(true[1:])  # the breakdowns' developers (each developer once per breakdown)
     total_err: list[float] = []
@@ -79,7 +82,7 @@ def measure(
     for _ in range(draws):
         released = noisy(true)
         for i, (n, truth) in enumerate(zip(released, true, strict=True)):
-            shown = _public.number(n, noisy.margin, min_count)
+            shown = _public.number(n, noisy.margin, min_count, threshold=None if i == 0 else threshold)
             covered += shown["low"] <= truth <= shown["high"]
             err = abs(shown["estimate"] - truth)
             if i == 0:
@@ -98,6 +101,7 @@ def measure(
         "scale": round(noisy.scale, 3),
         "margin": noisy.margin,
         "shown_from": max(min_count, noisy.margin),
+        "cells_shown_from": max(min_count, threshold),
         "draws": draws,
         "total_abs_err_p50": statistics.median(total_err),
         "total_abs_err_p95": percentile(total_err, 95),
@@ -150,8 +154,9 @@ def main() -> int:
     first = rows[0]
     print(
         f"\nThe error of a released week at the default budget: ε {first['epsilon']:g} per release (two a week), "
-        f"discrete Laplace of scale {first['scale']:g}, margin ±{first['margin']} (95 %), shown as "
-        f'"fewer than {first["shown_from"]}" below it; {args.draws} releases per size'
+        f"discrete Laplace of scale {first['scale']:g}, margin ±{first['margin']} (95 %); a total shown as "
+        f'"fewer than {first["shown_from"]}" below it, a cell below {first["cells_shown_from"]}; '
+        f"{args.draws} releases per size"
     )
     print("\nThe week's total: |estimate - true|, measured and the noise's own (theory)")
     print(f"{'devs/week':>10}{'p50':>7}{'p95':>7}{'p50 th.':>9}{'p95 th.':>9}{'p50 rel.':>10}")

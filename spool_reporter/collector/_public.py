@@ -139,11 +139,12 @@ def _period(body: dict[str, object], min_count: int, week_epsilon: float | None)
     }
     if unit == "week":
         out["week_epsilon"] = week_epsilon
-        cells = sum(len(body[name]) for name in BREAKDOWNS)  # type: ignore[arg-type]
+        breakdowns: dict[str, dict[str, int]] = {name: body[name] for name in BREAKDOWNS}  # type: ignore[misc]
+        cells = sum(len(values) for values in breakdowns.values())
         threshold = cell_threshold(float(body["scale"]), cells)  # type: ignore[arg-type]
         out["cell_threshold"] = max(min_count, threshold)
-        for name in BREAKDOWNS:
-            out[name] = _cells(body[name], margin, min_count, threshold)  # type: ignore[arg-type]
+        for name, values in breakdowns.items():
+            out[name] = _cells(values, margin, min_count, threshold)
     return out
 
 

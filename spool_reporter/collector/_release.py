@@ -276,19 +276,13 @@ def _monday(week: str) -> datetime.date:
     return datetime.date.fromisocalendar(int(year), int(num), 1)
 
 
-class Period:
-    """A period released: its name, first and last day."""
+class Period(NamedTuple):
+    """A period released: its unit (``"week"``, ``"month"``, ``"quarter"`` or ``"year"``), name, first and last day."""
 
-    __slots__ = ("first", "last", "name", "unit")
-
-    def __init__(self, unit: str, name: str, first: datetime.date, last: datetime.date) -> None:
-        self.unit, self.name, self.first, self.last = unit, name, first, last
-
-    def __repr__(self) -> str:
-        return f"Period({self.unit!r}, {self.name!r})"
-
-
-UNITS: Final = ("week", "month", "quarter", "year")
+    unit: str
+    name: str
+    first: datetime.date
+    last: datetime.date
 
 
 def periods(start: datetime.date, end: datetime.date) -> list[Period]:
@@ -316,16 +310,12 @@ def periods(start: datetime.date, end: datetime.date) -> list[Period]:
     return out
 
 
-class Plan:
+class Plan(NamedTuple):
     """A release that is due: the period, its kind and the budget it spends."""
 
-    __slots__ = ("epsilon", "kind", "period")
-
-    def __init__(self, period: Period, kind: str, epsilon: float) -> None:
-        self.period, self.kind, self.epsilon = period, kind, epsilon
-
-    def __repr__(self) -> str:
-        return f"Plan({self.period.name!r}, {self.kind!r}, {self.epsilon:g})"
+    period: Period
+    kind: str
+    epsilon: float
 
 
 def due(
