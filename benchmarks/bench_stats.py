@@ -19,8 +19,8 @@ them holding its raw events), 10 months and 2 quarters, 111 releases (the run pr
 
 - through the WSGI application (``make_app(db)`` called in process with a minimal environ):
   - *first request*: a fresh ``Served`` (what a new process, or every process after a new release, has),
-    whose first request builds every answer (page, JSON, both downloads) from the stored releases; the two
-    paths take turns being first;
+    whose first request reads the stored releases and builds the document and that path's answer (each
+    answer is built when first asked for); the two paths take turns being first;
   - *steady*: the answers built, a request is a lookup (a process asks the database whether a release was
     added at most every 10 s, ``_public.CHECK_SECONDS``: rare in this series);
   - *with check*: that check on every request (one indexed count), the steady state's slowest request;
@@ -392,7 +392,7 @@ def serve(urls: dict[int, str], rounds: int) -> tuple[dict[tuple[int, str, str],
         sizes = list(apps)
         for size, app in apps.items():
             info[f"held_{size}"] = holdings(app.store.releases(APP))
-        for r in range(rounds):  # the first request: a fresh Served builds every answer
+        for r in range(rounds):  # the first request: a fresh Served reads the releases, builds that answer
             for size in sizes[r % 2 :] + sizes[: r % 2]:
                 app = apps[size]
                 path = PATHS[(r // 2) % 2]
@@ -625,7 +625,7 @@ def check(rows: list[dict[str, object]]) -> list[dict[str, object]]:
             for path in PATHS
         )
         budgets.append({
-            "what": f"first request (builds every answer), 52 weeks x 100,000, p50, worse path ({backend}); "
+            "what": f"first request after a release (builds its answer), 52 weeks x 100,000, p50, worse path ({backend}); "
                     f"{first_ratio:.2f}x the same at {SIZES[0]:,}",
             "measured": f"{first} ms", "budget": f"<= {BUDGET_MS:g} ms", "ok": first <= BUDGET_MS, "asserted": False,
         })  # fmt: skip
