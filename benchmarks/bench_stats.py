@@ -625,7 +625,7 @@ def check(rows: list[dict[str, object]]) -> list[dict[str, object]]:
             for path in PATHS
         )
         budgets.append({
-            "what": f"first request after a release (builds its answer), 52 weeks x 100,000, p50, worse path ({backend}); "
+            "what": f"first request after a release, 52 weeks x 100,000, p50, worse path ({backend}); "
                     f"{first_ratio:.2f}x the same at {SIZES[0]:,}",
             "measured": f"{first} ms", "budget": f"<= {BUDGET_MS:g} ms", "ok": first <= BUDGET_MS, "asserted": False,
         })  # fmt: skip
