@@ -248,7 +248,9 @@ class _Released(NamedTuple):
     """What this period's releases spent together (a week: ``week_epsilon``; else its one release's)."""
     margin: int
     threshold: int
-    """N of "fewer than N" for this release: the larger of the display threshold and the margin."""
+    """N of "fewer than N" for this release's total: the larger of the display threshold and the margin."""
+    cell_threshold: int
+    """N of "fewer than N" for its breakdown cells (a week): the document's ``cell_threshold`` (family-wise)."""
     developers: Estimate
     cells: dict[str, dict[str, Estimate]]
     """Breakdown -> value -> number, in the document's order (a week only)."""
@@ -271,6 +273,7 @@ def _released(item: object, unit: str, min_count: int) -> _Released:
         epsilon=_float(spent),
         margin=margin,
         threshold=max(min_count, margin),
+        cell_threshold=_int(period.get("cell_threshold")) or max(min_count, margin),
         developers=_estimate(period.get("developers")),
         cells=cells if unit == "week" else {},
     )
@@ -461,7 +464,7 @@ def _public_breakdown(
                 totals[value] = totals.get(value, 0) + number.estimate
     named = sorted((v for v in totals if v != OTHER), key=lambda v: (-totals[v], v))
     values = [*named[:MAX_SERIES], *([OTHER] if OTHER in totals else [])]
-    fold_label = _fold_label(sorted({w.threshold for w in shown}), more=max(0, len(named) - MAX_SERIES))
+    fold_label = _fold_label(sorted({w.cell_threshold for w in shown}), more=max(0, len(named) - MAX_SERIES))
     # Keys by position: a value's name, whatever it is, cannot collide with the folded series.
     series = [
         Series(str(i), value, OTHER_CLASS if value == OTHER else SERIES_CLASSES[i % len(SERIES_CLASSES)])
@@ -571,8 +574,10 @@ def _public_method(doc: dict[str, object], weeks: Sequence[_Released]) -> str:
     if weeks:
         latest = weeks[-1]
         margin = (
-            f" For <bdi>{esc(latest.name)}</bdi> that margin is &#177;{latest.margin:,}, so its numbers below "
-            f"{latest.threshold:,} are shown as &#8220;fewer than {latest.threshold:,}&#8221;."
+            f" For <bdi>{esc(latest.name)}</bdi> that margin is &#177;{latest.margin:,}, so its total is shown as "
+            f"&#8220;fewer than {latest.threshold:,}&#8221; below {latest.threshold:,}; a version or system, of "
+            f"which a week has dozens (most of them used by nobody), below {latest.cell_threshold:,}, so that a "
+            "value nobody used shows a number in at most one week in twenty."
         )
     items = [
         "<li><strong>Differential privacy.</strong> Every number here is a true count plus random noise, drawn "

@@ -153,8 +153,8 @@ class Retention(NamedTuple):
 
     retain_days: float = 430
     """Raw events older than this are deleted once their week is rolled up. A year's public release needs its
-    first events until the week of its 31 December closes: 366 + the maximum event age (30) + 7 days in the
-    worst case (403), and 430 leaves four weeks of slack for a roll-up that did not run (:mod:`._release`).
+    first events until the week of its 31 December closes: 366 + the maximum event age (30) + 6 days in the
+    worst case (402), and 430 leaves four weeks of slack for a roll-up that did not run (:mod:`._release`).
     The roll-ups and the releases, which hold no client id, are kept."""
     rollup_every: float = 3600
     """Seconds between two roll-ups started by ingest in one process (``0``: only ``collector rollup``)."""
