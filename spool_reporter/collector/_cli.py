@@ -547,6 +547,16 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def _write_page(path: Path, text: str) -> bool:
+    """Write ``stats --html``'s page; say why not (``False``) when it cannot be written."""
+    try:
+        _write_atomic(path, text)
+    except OSError as exc:
+        print(f"collector stats: cannot write {path}: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     from . import CollectorError, open_store, public, render_html, stats
     from ._report import render_public
@@ -561,12 +571,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         except CollectorError as exc:
             print(f"collector stats: {exc}", file=sys.stderr)
             return 1
-        if args.html is not None:
-            try:
-                _write_atomic(args.html, render_public(doc))
-            except OSError as exc:
-                print(f"collector stats: cannot write {args.html}: {exc}", file=sys.stderr)
-                return 1
+        if args.html is not None and not _write_page(args.html, render_public(doc)):
+            return 1
         print(json.dumps(doc, indent=2, ensure_ascii=False) if args.json else _public_text(doc))
         if args.html is not None and not args.json:
             print(f"page written to {args.html}")
@@ -583,12 +589,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(f"collector stats: {exc}", file=sys.stderr)
         return 1
     result = full
-    if args.html is not None:
-        try:
-            _write_atomic(args.html, render_html(result))
-        except OSError as exc:
-            print(f"collector stats: cannot write {args.html}: {exc}", file=sys.stderr)
-            return 1
+    if args.html is not None and not _write_page(args.html, render_html(result)):
+        return 1
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, ensure_ascii=False))
     else:
