@@ -12,7 +12,7 @@ Public API (everything else in this package is private)::
     open_store(db, *, create=True, limits=None) -> Store  # the database: a SQLite path or a postgresql:// URL
     Policy(commands=..., max_age=...)                   # what is accepted (applications, commands, time window)
     Limits(per_client_week=1000)                        # what is kept
-    Retention(retain_days=400, rollup_every=3600)       # how long raw events are kept; how often to roll up
+    Retention(retain_days=430, rollup_every=3600)       # how long raw events are kept; how often to roll up
     GA4Forwarder(measurement_id=..., api_secret=...)    # optional server-side forwarding to GA4
 
 ``db`` is a SQLite file path (the default for a laptop and the demo; created ``0600``) or a PostgreSQL URL

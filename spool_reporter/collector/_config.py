@@ -12,7 +12,7 @@
   per week, and per month, quarter and year (default 1, :mod:`._release`);
 - ``SPOOL_REPORTER_COLLECTOR_DATA_LICENSE`` / ``--data-license``: the licence the public numbers are published
   under (default ``CC-BY-4.0``);
-- ``SPOOL_REPORTER_COLLECTOR_RETAIN_DAYS`` / ``--retain-days``: how long raw events are kept (default 400;
+- ``SPOOL_REPORTER_COLLECTOR_RETAIN_DAYS`` / ``--retain-days``: how long raw events are kept (default 430;
   at least a week more than the maximum event age, :mod:`._rollup`);
 - ``SPOOL_REPORTER_COLLECTOR_ROLLUP_EVERY`` / ``--rollup-every``: seconds between two roll-ups started by
   ingest in one process (default 3600; ``0``: only ``collector rollup``).

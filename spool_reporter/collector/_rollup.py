@@ -8,16 +8,16 @@ no event of it can arrive any more: a laptop that was offline for three weeks st
 even for a collector process started with a longer maximum age (its late events are refused as ``too_old``
 and counted): the numbers of a closed week are final.
 
-**What a roll-up holds** -- exactly what the statistics report and the threshold of :mod:`._public` needs,
-per application and ISO week, and no client id:
+**What a roll-up holds** -- exactly what the operator's statistics (:mod:`._stats`) report, per application
+and ISO week, and no client id:
 
 - ``rollup_weeks``: distinct developers, events, and the developers seen that week for the first time (from
   ``client_apps``; the operator's all-time count is their sum, plus the open weeks' new developers);
 - ``rollup_cells``: for each breakdown of :data:`~._store.BREAKDOWNS` and each value, the distinct developers
   with that value; for ``by_event``, the events per command.
 
-The threshold needs nothing else: a week's *excess* (the extra memberships of developers counted under two
-values, rule 4 of :mod:`._public`) is the sum of its cells minus its developers, and merging only adds cells.
+The public numbers are not read from the roll-ups: they are releases (:mod:`._release`), made from the raw
+events by this same roll-up, before the retention deletes anything, and stored.
 
 **Retention.** Raw events older than the retention (``--retain-days``, 430 by default) are deleted once their
 week is rolled up, in short transactions (:data:`DELETE_CHUNK` rows each), and with them the client ids kept
