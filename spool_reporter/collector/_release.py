@@ -22,8 +22,9 @@ quarter and a year release one number each, the distinct developers, of sensitiv
 ε is split between its two releases (:data:`PROVISIONAL_SHARE` for the provisional one when the week has
 ended, the rest for the final one when it closes; a week that closed before its provisional release was
 made gets only the final one, at the same share); each month, quarter and year gets ε for its one number.
-By basic composition, a developer active all year is covered by 52 ε (weeks) + 12 ε (months) + 4 ε
-(quarters) + ε (a year) for everything ever published about that year: the docs spell this out.
+By basic composition, a developer active all year is covered by 52 ε (weeks; 53 in some years) + 12 ε
+(months) + 4 ε (quarters) + ε (a year) for everything ever published about that year: the docs spell this
+out.
 
 **What is released when.** Only periods on or after the first week of ``release_state`` (the week the
 database was created, or the operator's choice), whose events the retention still keeps entirely (never a
