@@ -26,7 +26,7 @@ import pytest
 from cdp import Browser, Page, find_chromium
 from PIL import Image
 from test_collector_processes import Served, start_server
-from test_public_page import HOSTILE, START, _hostile_releases, population, released
+from test_public_page import HOSTILE, START, _hostile_releases, close_released, population, released  # noqa: F401 - close_released: the fixture, here too
 
 from spool_reporter.collector import Publishing, Stats, Week, render_html
 from spool_reporter.collector._public import document

@@ -21,6 +21,7 @@ import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,9 +80,16 @@ def population(developers: int = 3000, *, days: int = 60) -> list[Row]:
     ]
 
 
+OPENED: list[Store] = []
+"""The stores :func:`released` opened: :func:`close_released` closes those of each test (Python 3.13 warns of a
+SQLite connection left open, and the warnings are errors here)."""
+
+
 def released(path: Path, rows: list[Row], *, publishing: Publishing | None = None, now: float = NOW) -> Store:
-    """A SQLite store holding ``rows`` and the releases the real roll-up makes at ``now`` (from 2026-W40)."""
+    """A SQLite store holding ``rows`` and the releases the real roll-up makes at ``now`` (from 2026-W40); closed
+    at the end of the test that made it (:func:`close_released`)."""
     store = open_store(str(path))
+    OPENED.append(store)
     store.set_first_week("2026-W40")
     if rows:
         store.insert(rows)
@@ -90,10 +98,22 @@ def released(path: Path, rows: list[Row], *, publishing: Publishing | None = Non
     return store
 
 
+@pytest.fixture(autouse=True)
+def close_released() -> Iterator[None]:
+    """Close the stores a test made with :func:`released` (the module's own :func:`store` was made before)."""
+    before = len(OPENED)
+    yield
+    while len(OPENED) > before:
+        OPENED.pop().close()
+
+
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     """3000 developers over October and November 2026, released at :data:`NOW` with the default settings."""
-    return released(tmp_path_factory.mktemp("public") / "c.sqlite3", population())
+    made = released(tmp_path_factory.mktemp("public") / "c.sqlite3", population())
+    OPENED.remove(made)  # the module's: closed when the module is done
+    yield made
+    made.close()
 
 
 @pytest.fixture(scope="module")
