@@ -474,10 +474,16 @@ class PostgresStore(Store):
         # A session lock on a connection of its own, held for the whole roll-up: PostgreSQL releases it if this
         # process dies, so a killed roll-up never blocks the next.
         conn = self._connect()
+        held = False
         try:
             (held,) = _one(conn.cursor(), "SELECT pg_try_advisory_lock(%s)", (ROLLUP_LOCK,))
             yield bool(held)
         finally:
+            with contextlib.suppress(Exception):
+                if held:
+                    # Unlocked before the connection goes: a closed connection's backend lets the lock go a
+                    # moment later, and a roll-up started in that moment would find it still held.
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (ROLLUP_LOCK,))
             with contextlib.suppress(Exception):
                 conn.close()
 
