@@ -54,14 +54,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-import pg
 import pytest
 import urllib3
 from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
 from polling import wait_for
 from test_collector import batch, det_uuid4, event
 from test_collector_processes import Served, _read_line, start_server
-from test_collector_stores import BACKENDS
+from test_collector_stores import db_url  # noqa: F401 - the fixture: both stores
 from test_public import at, event_row, flat, monday, week_after
 
 from spool_reporter._hook import iso_time
@@ -417,14 +416,6 @@ def test_108_fakes_learn_at_most_epsilon_about_the_one_real_developer(sqlite: Ca
     Observed(one_cell, world0, world1, TARGET, POWER_TRIALS).assert_caught(epsilon)
 
 
-@pytest.fixture(params=BACKENDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "c.sqlite3")
-    server: pg.Server = request.getfixturevalue("pg_server")
-    return server.url()
-
-
 def _wsgi(app: object, method: str, path: str, body: bytes = b"") -> tuple[str, bytes]:
     """One request through the WSGI application itself."""
     import io
@@ -441,7 +432,7 @@ def _wsgi(app: object, method: str, path: str, body: bytes = b"") -> tuple[str, 
     return seen[0], out
 
 
-def test_forgetting_the_fakes_changes_no_stored_release(db_url: str) -> None:
+def test_forgetting_the_fakes_changes_no_stored_release(db_url: str) -> None:  # noqa: F811
     """The release made while the fakes were in is stored once; forgetting them all afterwards (through
     ``POST /v1/forget``) changes neither it nor anything served."""
     clock = [at(monday(WEEK) + datetime.timedelta(days=3))]
@@ -522,7 +513,11 @@ def start_eager(db: str, env: dict[str, str], tmp: Path, name: str) -> Served:
     return Served(proc, line.split()[-1], stderr)
 
 
-def test_snapshots_from_four_processes_see_only_the_releases(db_url: str, sandbox: Sandbox, tmp_path: Path) -> None:
+def test_snapshots_from_four_processes_see_only_the_releases(
+    db_url: str,  # noqa: F811 - the fixture
+    sandbox: Sandbox,
+    tmp_path: Path,
+) -> None:
     """Four collector processes on one database, polled while the (simulated) release clock moves through two
     weeks and developers arrive, come late and are forgotten between the polls: at each poll the processes that
     re-read on every request serve byte-identical documents, equal to the stored releases' document; the

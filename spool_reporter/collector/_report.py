@@ -186,6 +186,14 @@ def _swatch(cls: str) -> str:
     return f'<span class="sw {cls}" aria-hidden="true"></span>'
 
 
+def _chart_section(ident: str, heading: str, figure: str, table: str) -> str:
+    """A section of both pages: its heading, then the chart (``figure``) with its table beside or under it."""
+    return (
+        f'<section aria-labelledby="{ident}-h"><h2 id="{ident}-h">{esc(heading)}</h2>'
+        f'<div class="pair"><figure>{figure}</figure>{table}</div></section>'
+    )
+
+
 def _table(ident: str, caption: str, head: list[str], rows: list[str]) -> str:
     return (
         f'<div class="table" role="region" aria-labelledby="{ident}-c" tabindex="0"><table>'
@@ -429,10 +437,7 @@ def _public_trend(weeks: Sequence[_Released], window: list[str]) -> str:
         '<th scope="col" class="n">&#949; spent</th>',
     ]
     table = _table("trend-table", "Estimated developers per week, newest first", head, rows) if rows else ""
-    return (
-        '<section aria-labelledby="trend-h"><h2 id="trend-h">Developers per week</h2>'
-        f'<div class="pair"><figure>{chart}</figure>{table}</div></section>'
-    )
+    return _chart_section("trend", "Developers per week", chart, table)
 
 
 def _fold_label(thresholds: Sequence[int], *, more: int) -> str:
@@ -526,10 +531,7 @@ def _public_breakdown(
         rows.append(f'<tr><th scope="row"><bdi>{esc(week.name)}</bdi></th>{row}</tr>')
     caption = f"{esc(heading)}: estimated developers (95{_NBSP}% interval), newest week first"
     table = _table(f"{ident}-table", caption, head, rows)
-    return (
-        f'<section aria-labelledby="{ident}-h"><h2 id="{ident}-h">{esc(heading)}</h2>'
-        f'<div class="pair"><figure>{chart}<ul class="legend">{legend}</ul></figure>{table}</div></section>'
-    )
+    return _chart_section(ident, heading, f'{chart}<ul class="legend">{legend}</ul>', table)
 
 
 _UNIT_ORDER: Final = {"year": 0, "quarter": 1, "month": 2}
@@ -718,10 +720,7 @@ def _trend_section(weeks: Sequence[Week], window: list[str]) -> str:
         '<th scope="col" class="n">Events</th>',
     ]
     table = _table("trend-table", "Developers per week, newest first", head, rows) if rows else ""
-    return (
-        '<section aria-labelledby="trend-h"><h2 id="trend-h">Developers per week</h2>'
-        f'<div class="pair"><figure>{chart}</figure>{table}</div></section>'
-    )
+    return _chart_section("trend", "Developers per week", chart, table)
 
 
 def _breakdown_section(section: tuple[str, str, str, str], weeks: Sequence[Week], window: list[str], app: str) -> str:
@@ -756,10 +755,7 @@ def _breakdown_section(section: tuple[str, str, str, str], weeks: Sequence[Week]
         rows.append(f'<tr><th scope="row">{esc(week.week)}</th>{cells}</tr>')
     caption = f"{esc(heading)}, newest week first"
     table = _table(f"{ident}-table", caption, head, rows)
-    return (
-        f'<section aria-labelledby="{ident}-h"><h2 id="{ident}-h">{esc(heading)}</h2>'
-        f'<div class="pair"><figure>{chart}<ul class="legend">{legend}</ul></figure>{table}</div></section>'
-    )
+    return _chart_section(ident, heading, f'{chart}<ul class="legend">{legend}</ul>', table)
 
 
 def _method(app: str) -> str:
