@@ -63,9 +63,17 @@ def test_forget_deletes_every_event_of_one_client(app: Collector) -> None:
     with app.store.reading() as reader:
         left = reader.query("SELECT COUNT(*) FROM client_weeks WHERE client_id = ?", (det_uuid4("client", "alice"),))
     assert left == [(0,)]
-    # Alice can come back: the weekly cap starts from zero for her.
-    again = batch([event(client="alice", when="2026-12-15T11:00:00Z")])
-    assert _call(app, "POST", "/v1/batch", again, {**JSON, "CONTENT_LENGTH": str(len(again))})[1].startswith(
+    # Her id stays forgotten: a batch that was in flight, or a spool that still held her events, brings nothing
+    # back (the client starts over with a new id). Counted where the operator looks, as `forgotten`.
+    again = batch([event(client="alice", when="2026-12-15T11:00:00Z") for _ in range(2)])
+    assert _call(app, "POST", "/v1/batch", again, {**JSON, "CONTENT_LENGTH": str(len(again))})[1] == (
+        b'{"accepted": 0, "duplicates": 0, "rejected": 2}'
+    )
+    assert app.store.count() == (8, 1)
+    assert {reason: n for week in app.store.refusals().values() for reason, n in week.items()} == {"forgotten": 2}
+    # A new id (what the client takes after a forget) is counted as anyone.
+    fresh = batch([event(client="alice-new", when="2026-12-15T11:00:00Z")])
+    assert _call(app, "POST", "/v1/batch", fresh, {**JSON, "CONTENT_LENGTH": str(len(fresh))})[1].startswith(
         b'{"accepted": 1'
     )
 

@@ -21,6 +21,15 @@ Event and client ids are ``uuid`` columns (16 bytes, not 36 characters of text).
 **Connections.** A small pool per process, created lazily and discarded across a ``fork``. A connection
 that fails is closed, and the request is answered ``503`` with ``Retry-After`` (the flusher keeps the batch
 and comes back), never with a traceback.
+
+**Bounded waits.** A request never waits on the database for more than :data:`~._store.REQUEST_WAIT_S`:
+each connection runs with ``lock_timeout`` (:data:`LOCK_TIMEOUT_MS`) and ``statement_timeout``
+(:data:`STATEMENT_TIMEOUT_MS`), which the server enforces; a server that does not answer at all (frozen,
+or cut off by the network) cannot enforce them, so a watchdog thread shuts the socket of a request's
+connection once its time is up (:class:`_Watchdog`), and libpq's ``connect_timeout`` bounds a new
+connection. Each ends in :class:`~._store.Unavailable`: ``503`` with ``Retry-After``. The roll-up, the
+statistics and a migration lift the statement timeout for their own transactions (``SET LOCAL``): they may
+take as long as the data needs.
 """
 
 from __future__ import annotations
@@ -28,14 +37,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
+import socket
 import threading
 import time
 
 from . import _store
 from ._store import (
     COLUMNS,
+    FORGET_CHUNK,
+    FORGOTTEN,
     LATE,
+    LOCK_WAIT_S,
     OVER_CAP,
+    REQUEST_WAIT_S,
     SCHEMA_VERSION,
     CollectorError,
     Inserted,
@@ -59,11 +74,15 @@ if TYPE_CHECKING:
 POOL_SIZE: Final = 8
 """Idle connections kept per process (a gunicorn worker with 4 threads uses at most 4)."""
 
-CONNECT_TIMEOUT_S: Final = 5
-"""libpq's ``connect_timeout``: a database that does not answer is an error line, not a hang."""
+CONNECT_TIMEOUT_S: Final = 3
+"""libpq's ``connect_timeout`` (its minimum is 2): a database that does not answer is an error line, not a hang."""
 
-LOCK_TIMEOUT_MS: Final = 10_000
-"""How long a batch waits for another batch of the same client (a few ms each), as SQLite's busy timeout."""
+LOCK_TIMEOUT_MS: Final = int(LOCK_WAIT_S * 1000)
+"""``lock_timeout``: how long a statement waits for a lock (a batch for another batch of the same client, a
+few ms each), as SQLite's busy timeout."""
+
+STATEMENT_TIMEOUT_MS: Final = 3000
+"""``statement_timeout`` of a request's statements (they take milliseconds); lifted by the long work."""
 
 ADVISORY_LOCK: Final = 0x5350_4F4F_4C52  # "SPOOLR"
 """The advisory lock key that serialises schema migrations between processes."""
@@ -126,6 +145,17 @@ MIGRATIONS: Final = {
         # '' is replaced by the week of the migration, in the same transaction.
         "INSERT INTO release_state (id, first_week) VALUES (1, '') ON CONFLICT DO NOTHING",
     ),
+    5: (
+        'CREATE TABLE IF NOT EXISTS forgotten (digest text COLLATE "C" PRIMARY KEY, until double precision NOT NULL)',
+        "CREATE TABLE IF NOT EXISTS forget_key (id integer PRIMARY KEY CHECK (id = 1), key text NOT NULL)",
+        # '' is replaced by a random key (secrets.token_hex) in the same transaction.
+        "INSERT INTO forget_key (id, key) VALUES (1, '') ON CONFLICT DO NOTHING",
+        # A forget deletes a client's events week by week in short transactions: through this index each finds
+        # them at once, where the index on week alone made it read the whole week (seconds, at scale). It takes
+        # the place of that index: the statistics' reads of a week use its first column.
+        "CREATE INDEX IF NOT EXISTS events_week_client ON events (week, client_id)",
+        "DROP INDEX IF EXISTS events_week",
+    ),
 }
 """Schema version -> the statements that reach it from the one before."""
 assert max(MIGRATIONS) == SCHEMA_VERSION
@@ -163,6 +193,10 @@ _ADD_CLIENT_APPS: Final = (
     "last_week = GREATEST(client_apps.last_week, excluded.last_week) "
     "WHERE excluded.first_week < client_apps.first_week OR excluded.last_week > client_apps.last_week"
 )
+_BATCH_STATE: Final = (
+    "SELECT closed_through, ARRAY(SELECT digest FROM forgotten WHERE digest = ANY(string_to_array(%s, ','))) "
+    "FROM rollup_state"
+)
 _ADD_REFUSAL: Final = (
     "INSERT INTO refusals (week, reason, n) VALUES (%s, %s, %s) "
     "ON CONFLICT (week, reason) DO UPDATE SET n = refusals.n + excluded.n"
@@ -192,6 +226,64 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
+class _Watchdog:
+    """Shuts the socket of a connection whose request outlived its time: the one bound that holds when the server
+    answers nothing at all (``statement_timeout`` is the server's to enforce). One thread per process, started
+    with the first watch (and again in a forked child: threads do not survive a fork)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[int, tuple[float, int]] = {}  # token -> (monotonic deadline, socket fd)
+        self._killed: set[int] = set()
+        self._next = 0
+        self._pid = 0
+
+    def watch(self, fd: int, seconds: float) -> int:
+        with self._cond:
+            if self._pid != os.getpid():
+                self._due, self._killed, self._pid = {}, set(), os.getpid()
+                threading.Thread(target=self._loop, name="spool_reporter-pg-watchdog", daemon=True).start()
+            self._next += 1
+            self._due[self._next] = (time.monotonic() + seconds, fd)
+            self._cond.notify()
+            return self._next
+
+    def done(self, token: int) -> bool:
+        """Stop watching; ``True`` if the socket was shut meanwhile (the connection is then unusable)."""
+        with self._cond:
+            self._due.pop(token, None)
+            if token in self._killed:
+                self._killed.discard(token)
+                return True
+            return False
+
+    def _loop(self) -> None:
+        with self._cond:
+            while True:  # a daemon thread: ends with the process
+                now = time.monotonic()
+                for token, (deadline, fd) in list(self._due.items()):
+                    if deadline <= now:
+                        del self._due[token]
+                        self._killed.add(token)
+                        _shut(fd)
+                soonest = min((deadline for deadline, _ in self._due.values()), default=now + 60)
+                self._cond.wait(max(0.05, soonest - now))
+
+
+def _shut(fd: int) -> None:
+    """Shut the socket ``fd`` down for both directions: a thread blocked on it wakes with an error."""
+    try:
+        sock = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
+
+
+_WATCHDOG: Final = _Watchdog()
+
+
 class PostgresStore(Store):
     """The events database at the PostgreSQL URL ``url``.
 
@@ -212,9 +304,11 @@ class PostgresStore(Store):
         self._pool: list[psycopg.Connection[Any]] = []
         self._pid = os.getpid()
         self._closed = False
+        self._key = ""  # forget_key, read once
         conn = self._connect()
         try:
             with conn.transaction():
+                conn.execute("SET LOCAL statement_timeout = 0")  # a migration takes what the table needs
                 if create:
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK,))
                 version = self._version(conn)
@@ -247,7 +341,11 @@ class PostgresStore(Store):
             msg = f"cannot connect to the collector database {self.display}: {_first_line(exc)}"
             raise Unavailable(msg) from exc
         try:
-            conn.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
+            conn.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}; SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+        except self._pg.Error as exc:
+            conn.close()
+            msg = f"cannot use the collector database {self.display}: {_first_line(exc)}"
+            raise Unavailable(msg) from exc
         except BaseException:
             conn.close()
             raise
@@ -268,6 +366,7 @@ class PostgresStore(Store):
             for statement in MIGRATIONS[target]:
                 conn.execute(statement)
         conn.execute("UPDATE release_state SET first_week = %s WHERE first_week = ''", (_store.this_week(time.time()),))
+        conn.execute("UPDATE forget_key SET key = %s WHERE key = ''", (secrets.token_hex(32),))
         conn.execute("CREATE TABLE IF NOT EXISTS spool_reporter_schema (version integer NOT NULL)")
         conn.execute("DELETE FROM spool_reporter_schema")
         conn.execute("INSERT INTO spool_reporter_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
@@ -295,14 +394,23 @@ class PostgresStore(Store):
                 return
         conn.close()
 
-    def _run(self, work: Callable[[psycopg.Connection[Any]], _T]) -> _T:
-        """``work(conn)`` on a pooled connection; a failed connection is closed, never pooled again."""
+    def _run(self, work: Callable[[psycopg.Connection[Any]], _T], *, quick: bool = True) -> _T:
+        """``work(conn)`` on a pooled connection; a failed connection is closed, never pooled again.
+
+        :param quick: a request waits for it: the watchdog shuts the connection after
+            :data:`~._store.REQUEST_WAIT_S` (a server that answers nothing); otherwise no watchdog.
+        """
         conn = self._get()
+        token = _WATCHDOG.watch(conn.pgconn.socket, REQUEST_WAIT_S) if quick else 0
         try:
             result = work(conn)
         except BaseException as exc:
+            killed = bool(token) and _WATCHDOG.done(token)
             with contextlib.suppress(Exception):
                 conn.close()
+            if killed:
+                msg = f"the collector database {self.display} did not answer within {REQUEST_WAIT_S:g} s"
+                raise Unavailable(msg) from exc
             transient = (
                 self._pg.OperationalError,
                 self._pg.errors.DeadlockDetected,
@@ -312,6 +420,10 @@ class PostgresStore(Store):
                 msg = f"the collector database {self.display} is unavailable: {_first_line(exc)}"
                 raise Unavailable(msg) from exc
             raise
+        if token and _WATCHDOG.done(token):  # shut just as the work ended: never pool it
+            with contextlib.suppress(Exception):
+                conn.close()
+            return result
         self._put(conn)
         return result
 
@@ -332,13 +444,19 @@ class PostgresStore(Store):
     ) -> Inserted:
         cap = self.limits.per_client_week
         kept: list[Row] = []
-        added = limited = late = 0
+        added = limited = late = gone = 0
         with conn.transaction(), conn.cursor() as cur:
             if rows:
                 # Shared with every other insert, exclusive for close_weeks(): a week closed after this point
                 # waits for this transaction; one closed before it is seen closed by the query below.
+                # The same lock keeps a forget's mark and this batch apart: a forget marked before this point is
+                # seen below, and a forget marking after it waits for this transaction, then finds its rows.
                 cur.execute("SELECT pg_advisory_xact_lock_shared(%s)", (CLOSING_LOCK,))
-                (closed,) = _one(cur, "SELECT closed_through FROM rollup_state")
+                key = self._key or str(_one(cur, "SELECT key FROM forget_key")[0])
+                self._key = key
+                digests = _store.client_digests(rows, key)
+                closed, marked = _one(cur, _BATCH_STATE, (",".join(sorted(digests)),))
+                rows, gone = _store.without_clients(rows, {digests[d] for d in marked or ()})
                 if closed and any(row[11] <= closed for row in rows):
                     old = [row for row in rows if row[11] <= closed]
                     rows = [row for row in rows if row[11] > closed]
@@ -366,19 +484,25 @@ class PostgresStore(Store):
                 refused[OVER_CAP] = refused.get(OVER_CAP, 0) + limited
             if late:
                 refused[LATE] = refused.get(LATE, 0) + late
+            if gone:
+                refused[FORGOTTEN] = refused.get(FORGOTTEN, 0) + gone
             if refused:
                 week = _store.this_week(time.time() if now is None else now)
                 cur.executemany(_ADD_REFUSAL, [(week, reason, n) for reason, n in sorted(refused.items()) if n])
-        return Inserted(added, kept if want_new else [], limited + late)
+        return Inserted(added, kept if want_new else [], limited + late + gone)
 
     # -- retention and forget -------------------------------------------------------------------------------
 
-    def _transaction(self, work: Callable[[psycopg.Cursor[Any]], _T]) -> _T:
+    def _transaction(self, work: Callable[[psycopg.Cursor[Any]], _T], *, quick: bool = True) -> _T:
+        """``work(cur)`` in one transaction; unless ``quick``, without a statement timeout or the watchdog."""
+
         def run(conn: psycopg.Connection[Any]) -> _T:
             with conn.transaction(), conn.cursor() as cur:
+                if not quick:
+                    cur.execute("SET LOCAL statement_timeout = 0")
                 return work(cur)
 
-        return self._run(run)
+        return self._run(run, quick=quick)
 
     def close_weeks(self, week: str) -> str:
         def work(cur: psycopg.Cursor[Any]) -> str:
@@ -426,7 +550,7 @@ class PostgresStore(Store):
             )
             return int(cur.rowcount)
 
-        return self._transaction(work)
+        return self._transaction(work, quick=False)
 
     def expire_ids(self, before_week: str) -> None:
         def work(cur: psycopg.Cursor[Any]) -> None:
@@ -434,24 +558,50 @@ class PostgresStore(Store):
             cur.execute(f"DELETE FROM client_weeks WHERE week < %s AND week <= {rolled}", (before_week,))  # noqa: S608
             cur.execute(f"DELETE FROM client_apps WHERE last_week < %s AND last_week <= {rolled}", (before_week,))  # noqa: S608
 
-        self._transaction(work)
+        self._transaction(work, quick=False)
 
-    def forget(self, client_id: str) -> int:
-        def work(cur: psycopg.Cursor[Any]) -> int:
-            # The client's weeks (client_weeks), locked, then its events week by week through the index on week.
-            weeks = [
-                str(w)
-                for (w,) in cur.execute(
-                    "SELECT week FROM client_weeks WHERE client_id = %s::uuid FOR UPDATE", (client_id,)
-                )
-            ]
-            deleted = cur.execute(
-                "DELETE FROM events WHERE week = ANY(string_to_array(%s, ',')) AND client_id = %s::uuid",
-                (",".join(weeks), client_id),
-            ).rowcount
+    def forget(self, client_id: str, *, until: float) -> int:
+        def mark(cur: psycopg.Cursor[Any]) -> list[str]:
+            # Exclusive: waits for the batches in flight (their rows are then found below) and makes every later
+            # batch see the mark (see _insert); held for this short transaction only.
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (CLOSING_LOCK,))
+            self._key = self._key or str(_one(cur, "SELECT key FROM forget_key")[0])
+            cur.execute(
+                "INSERT INTO forgotten (digest, until) VALUES (%s, %s) "
+                "ON CONFLICT (digest) DO UPDATE SET until = GREATEST(forgotten.until, excluded.until)",
+                (_store.forget_digest(self._key, client_id), until),
+            )
+            weeks = cur.execute("SELECT week FROM client_weeks WHERE client_id = %s::uuid", (client_id,))
+            return [str(w) for (w,) in weeks]
+
+        def chunk(week: str) -> Callable[[psycopg.Cursor[Any]], int]:
+            # Through the index on (week, client_id): each transaction finds its rows at once.
+            return lambda cur: int(
+                cur.execute(
+                    "DELETE FROM events WHERE ctid = ANY(ARRAY("
+                    "SELECT ctid FROM events WHERE week = %s AND client_id = %s::uuid LIMIT %s))",
+                    (week, client_id, FORGET_CHUNK),
+                ).rowcount
+            )
+
+        deleted = 0
+        for week in sorted(self._transaction(mark)):
+            while True:  # bounded: each round deletes FORGET_CHUNK rows of a client no batch can add to, or ends
+                n = self._transaction(chunk(week))
+                deleted += n
+                if n < FORGET_CHUNK:
+                    break
+
+        def rest(cur: psycopg.Cursor[Any]) -> None:
             cur.execute("DELETE FROM client_weeks WHERE client_id = %s::uuid", (client_id,))
             cur.execute("DELETE FROM client_apps WHERE client_id = %s::uuid", (client_id,))
-            return int(deleted)
+
+        self._transaction(rest)
+        return deleted
+
+    def expire_forgotten(self, now: float) -> int:
+        def work(cur: psycopg.Cursor[Any]) -> int:
+            return int(cur.execute("DELETE FROM forgotten WHERE until < %s", (now,)).rowcount)
 
         return self._transaction(work)
 
@@ -493,29 +643,44 @@ class PostgresStore(Store):
     # -- reading --------------------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _reading(self) -> Iterator[Reader]:
+    def _reading(self, quick: bool) -> Iterator[Reader]:
         conn = self._get()
+        token = _WATCHDOG.watch(conn.pgconn.socket, REQUEST_WAIT_S) if quick else 0
         try:
             with conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")  # one snapshot
+                if not quick:
+                    conn.execute("SET LOCAL statement_timeout = 0")  # the roll-up, the statistics: what it takes
 
                 def run(sql: str, params: Sequence[object]) -> list[tuple[object, ...]]:
                     return list(conn.execute(sql.replace("?", "%s"), tuple(params)))
 
                 yield Reader(run)
         except self._pg.Error as exc:
+            killed = bool(token) and _WATCHDOG.done(token)
             with contextlib.suppress(Exception):
                 conn.close()
+            if killed:
+                msg = f"the collector database {self.display} did not answer within {REQUEST_WAIT_S:g} s"
+                raise Unavailable(msg) from exc
             msg = f"cannot read the collector database {self.display}: {_first_line(exc)}"
+            if isinstance(exc, self._pg.OperationalError):
+                raise Unavailable(msg) from exc
             raise CollectorError(msg) from exc
         except BaseException:
+            if token:
+                _WATCHDOG.done(token)
             with contextlib.suppress(Exception):
                 conn.close()
             raise
+        if token and _WATCHDOG.done(token):
+            with contextlib.suppress(Exception):
+                conn.close()
+            return
         self._put(conn)
 
-    def reading(self) -> contextlib.AbstractContextManager[Reader]:
-        return self._reading()
+    def reading(self, *, quick: bool = False) -> contextlib.AbstractContextManager[Reader]:
+        return self._reading(quick)
 
     def close(self) -> None:
         with self._lock:

@@ -177,4 +177,5 @@ def rollup(
                 if n < DELETE_CHUNK:
                     break
             store.expire_ids(this_week(cutoff))  # the weeks entirely before the cutoff have no event left
+        store.expire_forgotten(now)  # hashes of ids forgotten whose events would all be refused as too old now
         return Done(True, closed, tuple(rolled), deleted, released, error)

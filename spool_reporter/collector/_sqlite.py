@@ -4,8 +4,11 @@
 ``BEGIN IMMEDIATE`` transaction: taking the write lock up front means a writer never has to upgrade a
 read lock, which is the case SQLite's busy handler cannot resolve, and it makes the reads inside the
 transaction (which ids are new, how many events each client already has this week) exact. ``busy_timeout``
-makes a writer wait for another (thread or process) instead of failing; a database that stays locked is
-:class:`~._store.Unavailable` (``503``).
+makes a writer wait for another (thread or process) instead of failing, for at most
+:data:`~._store.LOCK_WAIT_S`; a database that stays locked is :class:`~._store.Unavailable` (``503`` with
+``Retry-After``). So is every operational failure of the file: a full disk, an I/O error, a read-only or
+vanished file (:func:`operational`): the client keeps its batch and comes back, and the operator reads the
+reason in the collector's log.
 
 **Durability.** ``synchronous=FULL``: in WAL mode every commit is fsynced before :meth:`SQLiteStore.insert`
 returns, so the ``2xx`` that follows means the batch survives a power cut (``NORMAL`` would survive a killed
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import sqlite3
 import stat
 import threading
@@ -38,7 +42,10 @@ import time
 from . import _store
 from ._store import (
     COLUMNS,
+    FORGET_CHUNK,
+    FORGOTTEN,
     LATE,
+    LOCK_WAIT_S,
     OVER_CAP,
     SCHEMA_VERSION,
     CollectorError,
@@ -58,8 +65,9 @@ if TYPE_CHECKING:
 
     _T = TypeVar("_T")
 
-BUSY_TIMEOUT_MS: Final = 10_000
-"""How long a writer waits for another writer's transaction (ours last milliseconds)."""
+BUSY_TIMEOUT_MS: Final = int(LOCK_WAIT_S * 1000)
+"""How long a writer waits for another process's write transaction (ours last milliseconds), and a thread for
+this process's writer: beyond it the request is answered ``503``."""
 
 POOL_SIZE: Final = 8
 """Idle reading connections kept per process; more are opened when needed and closed when returned."""
@@ -134,6 +142,12 @@ MIGRATIONS: Final = {
         # '' is replaced by the week of the migration (_store.FIRST_WEEK_UNSET), in the same transaction.
         "INSERT OR IGNORE INTO release_state (id, first_week) VALUES (1, '')",
     ),
+    5: (
+        "CREATE TABLE IF NOT EXISTS forgotten (digest TEXT PRIMARY KEY, until REAL NOT NULL) WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS forget_key (id INTEGER PRIMARY KEY CHECK (id = 1), key TEXT NOT NULL)",
+        # '' is replaced by a random key (secrets.token_hex) in the same transaction.
+        "INSERT OR IGNORE INTO forget_key (id, key) VALUES (1, '')",
+    ),
 }
 """Schema version -> the statements that reach it from the one before (``PRAGMA user_version`` records it)."""
 assert max(MIGRATIONS) == SCHEMA_VERSION
@@ -164,6 +178,39 @@ LEASE_S: Final = 3600.0
 rolling up blocks the others for at most this long."""
 
 
+def _forgotten(conn: sqlite3.Connection, digests: list[str]) -> set[str]:
+    """Which of ``digests`` are in ``forgotten`` (a batch has one client id, or a few)."""
+    found: set[str] = set()
+    for start in range(0, len(digests), _CHUNK):
+        chunk = digests[start : start + _CHUNK]
+        query = f"SELECT digest FROM forgotten WHERE digest IN ({','.join('?' * len(chunk))})"  # noqa: S608 - ?s
+        found.update(str(d) for (d,) in conn.execute(query, chunk))
+    return found
+
+
+def _forget_chunk(conn: sqlite3.Connection, week: str, client_id: str, after: int) -> tuple[int, int]:
+    """Delete ``client_id``'s events among the next :data:`~._store.FORGET_CHUNK` rows of ``week`` after rowid
+    ``after`` (through the index on week, in rowid order); return (the last rowid examined, or -1 once the week
+    is done; the events deleted). There is no index by client id: it would cost every insert ~19 %
+    (``benchmarks/bench_collector.py``), and a forget is rare."""
+    last, hits = conn.execute(
+        "SELECT max(rowid), group_concat(CASE WHEN client_id = ? THEN rowid END) FROM ("
+        " SELECT rowid, client_id FROM events INDEXED BY events_week WHERE week = ? AND rowid > ?"
+        " ORDER BY rowid LIMIT ?)",
+        (client_id, week, after, FORGET_CHUNK),
+    ).fetchone()
+    if last is None:
+        return -1, 0
+    n = 0
+    if hits:
+        ids = [int(x) for x in str(hits).split(",")]
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            query = f"DELETE FROM events WHERE rowid IN ({','.join('?' * len(chunk))})"  # noqa: S608 - only ?s
+            n += int(conn.execute(query, chunk).rowcount)
+    return int(last), n
+
+
 def _create_private(path: str) -> None:
     """Create ``path`` empty and ``0600`` unless it exists (never through a symlink)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -190,19 +237,40 @@ def connect(path: str) -> sqlite3.Connection:
     return conn
 
 
-def _unavailable(exc: sqlite3.OperationalError) -> bool:
+_OPERATIONAL_CODES: Final = frozenset({5, 6, 7, 8, 10, 11, 13, 14, 15, 26})
+"""SQLite's primary result codes of a file that cannot take a write now: BUSY, LOCKED, NOMEM, READONLY, IOERR,
+CORRUPT, FULL, CANTOPEN, PROTOCOL, NOTADB."""
+
+_OPERATIONAL_TEXT: Final = (
+    "locked", "busy", "disk is full", "disk i/o error", "readonly", "unable to open", "malformed", "out of memory",
+    "not a database",
+)  # fmt: skip
+"""The same conditions by their message, for Python 3.10's ``sqlite3`` (no ``sqlite_errorcode`` before 3.11)."""
+
+
+def operational(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` says the file cannot be used now (busy, full disk, I/O error, ...), not that our SQL is
+    wrong: answered ``503`` with ``Retry-After``, never ``500``."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _OPERATIONAL_CODES
     text = str(exc).lower()
-    return "locked" in text or "busy" in text
+    return any(part in text for part in _OPERATIONAL_TEXT)
+
+
+def _unavailable(exc: sqlite3.Error, path: str) -> Unavailable:
+    return Unavailable(f"the collector database {path} is unavailable: {exc}")
 
 
 class _Job:
     """One caller's batch in a group commit."""
 
-    __slots__ = ("done", "error", "now", "refused", "result", "rows", "want_new")
+    __slots__ = ("done", "error", "finished", "now", "refused", "result", "rows", "want_new")
 
     def __init__(self, rows: Sequence[Row], want_new: bool, refused: dict[str, int], now: float | None) -> None:
         self.rows, self.want_new, self.refused, self.now = rows, want_new, refused, now
         self.done = False
+        self.finished = threading.Event()
         self.result: Inserted | None = None
         self.error: BaseException | None = None
 
@@ -242,6 +310,7 @@ class SQLiteStore(Store):
         self._pool: list[sqlite3.Connection] = []
         self._pid = os.getpid()
         self._closed = False
+        self._key = ""  # forget_key, read once
         try:
             if create:
                 _create_private(self.path)
@@ -291,6 +360,7 @@ class SQLiteStore(Store):
             conn.execute(
                 "UPDATE release_state SET first_week = ? WHERE first_week = ''", (_store.this_week(time.time()),)
             )
+            conn.execute("UPDATE forget_key SET key = ? WHERE key = ''", (secrets.token_hex(32),))
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
@@ -359,11 +429,23 @@ class SQLiteStore(Store):
         job = _Job(rows, want_new, refused, now)
         with self._lock:
             self._pending.append(job)
-        with self._write_lock:
-            if not job.done:
-                with self._lock:
-                    jobs, self._pending = self._pending, []
-                self._commit_group(jobs)
+        if self._write_lock.acquire(timeout=LOCK_WAIT_S):
+            try:
+                if not job.done:
+                    with self._lock:
+                        jobs, self._pending = self._pending, []
+                    self._commit_group(jobs)
+            finally:
+                self._write_lock.release()
+        else:
+            with self._lock:
+                waiting = any(pending is job for pending in self._pending)
+                if waiting:  # no writer took it: withdraw it, nothing was written
+                    self._pending = [pending for pending in self._pending if pending is not job]
+            if waiting:
+                msg = f"the collector database {self.path} is unavailable: its writer stayed busy"
+                raise Unavailable(msg)
+            job.finished.wait()  # the writer at work has it: its transaction is bounded (busy_timeout)
         if job.error is not None:
             raise job.error
         assert job.result is not None
@@ -383,6 +465,7 @@ class SQLiteStore(Store):
             else:
                 job.error = error
             job.done = True
+            job.finished.set()
 
     def _in_transaction(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """Under the write lock: ``work(conn)`` in one write transaction on the writing connection; a database that
@@ -401,9 +484,9 @@ class SQLiteStore(Store):
             except BaseException:
                 self._drop_writer(conn)
                 raise
-        except sqlite3.OperationalError as exc:
-            if _unavailable(exc):
-                raise Unavailable(str(exc)) from exc
+        except sqlite3.Error as exc:
+            if operational(exc):
+                raise _unavailable(exc, self.path) from exc
             raise
         return result
 
@@ -416,6 +499,10 @@ class SQLiteStore(Store):
         """One batch, inside the group's write transaction (so no other writer can add rows meanwhile)."""
         cap = self.limits.per_client_week
         rows, refused = job.rows, job.refused
+        digests = _store.client_digests(rows, self._forget_key(conn))
+        rows, gone = _store.without_clients(rows, {digests[d] for d in _forgotten(conn, sorted(digests))})
+        if gone:
+            refused[FORGOTTEN] = refused.get(FORGOTTEN, 0) + gone
         ids = list({row[0] for row in rows})
         known: set[str] = set()
         for start in range(0, len(ids), _CHUNK):
@@ -449,14 +536,24 @@ class SQLiteStore(Store):
         if refused:
             week = _store.this_week(time.time() if job.now is None else job.now)
             conn.executemany(_ADD_REFUSAL, [(week, reason, n) for reason, n in sorted(refused.items()) if n])
-        return Inserted(len(kept), kept if job.want_new else [], limited + late)
+        return Inserted(len(kept), kept if job.want_new else [], limited + late + gone)
+
+    def _forget_key(self, conn: sqlite3.Connection) -> str:
+        if not self._key:
+            self._key = str(conn.execute("SELECT key FROM forget_key").fetchone()[0])
+        return self._key
 
     # -- retention and forget -------------------------------------------------------------------------------
 
     def _write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """``work(conn)`` in one write transaction on the writing connection (batches wait meanwhile)."""
-        with self._write_lock:
+        if not self._write_lock.acquire(timeout=LOCK_WAIT_S):
+            msg = f"the collector database {self.path} is unavailable: its writer stayed busy"
+            raise Unavailable(msg)
+        try:
             return self._in_transaction(work)
+        finally:
+            self._write_lock.release()
 
     def close_weeks(self, week: str) -> str:
         def work(conn: sqlite3.Connection) -> str:
@@ -513,33 +610,43 @@ class SQLiteStore(Store):
 
         self._write(work)
 
-    def forget(self, client_id: str) -> int:
-        with self.reading() as reader:
-            weeks = [str(w) for (w,) in reader.query("SELECT week FROM client_weeks WHERE client_id = ?", (client_id,))]
+    def forget(self, client_id: str, *, until: float) -> int:
+        digest = _store.forget_digest(self._key or self._read_key(), client_id)
+
+        def mark(conn: sqlite3.Connection) -> list[str]:
+            # Under the write lock, as every insert: the batches before this are stored and will be found below,
+            # the batches after it see the mark and refuse this client's events.
+            conn.execute(
+                "INSERT INTO forgotten (digest, until) VALUES (?, ?) "
+                "ON CONFLICT (digest) DO UPDATE SET until = max(until, excluded.until)",
+                (digest, until),
+            )
+            return [str(w) for (w,) in conn.execute("SELECT week FROM client_weeks WHERE client_id = ?", (client_id,))]
+
+        weeks = self._write(mark)
         deleted = 0
+        for week in sorted(weeks):
+            after = 0  # rowids start at 1
+            while True:  # bounded: each round moves `after` past FORGET_CHUNK of the week's rows, or ends
+                after, n = self._write(lambda conn, week=week, after=after: _forget_chunk(conn, week, client_id, after))
+                deleted += n
+                if after < 0:
+                    break
 
-        # A week at a time (through the index on week), each in its own short transaction: batches wait for one
-        # week's rows, not for the whole history of a client.
-        def one_week(week: str) -> Callable[[sqlite3.Connection], int]:
-            return lambda conn: int(
-                conn.execute("DELETE FROM events WHERE week = ? AND client_id = ?", (week, client_id)).rowcount
-            )
-
-        for week in weeks:
-            deleted += self._write(one_week(week))
-
-        def rest(conn: sqlite3.Connection) -> int:
-            # Whatever arrived meanwhile, in weeks this client had no row of yet: found by its weeks again.
-            late = [str(w) for (w,) in conn.execute("SELECT week FROM client_weeks WHERE client_id = ?", (client_id,))]
-            n = sum(
-                int(conn.execute("DELETE FROM events WHERE week = ? AND client_id = ?", (w, client_id)).rowcount)
-                for w in set(late) - set(weeks)
-            )
+        def rest(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM client_weeks WHERE client_id = ?", (client_id,))
             conn.execute("DELETE FROM client_apps WHERE client_id = ?", (client_id,))
-            return n
 
-        return deleted + self._write(rest)
+        self._write(rest)
+        return deleted
+
+    def _read_key(self) -> str:
+        with self._connection() as conn:
+            self._key = str(conn.execute("SELECT key FROM forget_key").fetchone()[0])
+        return self._key
+
+    def expire_forgotten(self, now: float) -> int:
+        return self._write(lambda conn: int(conn.execute("DELETE FROM forgotten WHERE until < ?", (now,)).rowcount))
 
     def save_release(self, release: Release) -> bool:
         def work(conn: sqlite3.Connection) -> bool:
@@ -577,6 +684,7 @@ class SQLiteStore(Store):
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[Reader]:
+        # A reader never waits for a writer in WAL mode: `quick` needs nothing more here.
         try:
             with self._connection() as conn:
                 conn.execute("BEGIN")  # one snapshot for every query of the block
@@ -586,9 +694,11 @@ class SQLiteStore(Store):
                     conn.execute("COMMIT")
         except sqlite3.Error as exc:
             msg = f"cannot read the collector database {self.path}: {exc}"
+            if operational(exc):
+                raise Unavailable(msg) from exc
             raise CollectorError(msg) from exc
 
-    def reading(self) -> contextlib.AbstractContextManager[Reader]:
+    def reading(self, *, quick: bool = False) -> contextlib.AbstractContextManager[Reader]:
         return self._reading()
 
     def close(self) -> None:

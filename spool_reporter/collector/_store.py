@@ -20,8 +20,13 @@ point back to an address).
 - ``client_apps``: per (client id, application) the first and the last week with an event: the developers
   seen for the first time in a week, and the all-time count, without searching the events;
 - ``refusals``: events refused per (week they were received in, reason from
-  :data:`spool_reporter._event.REASONS`, or ``over_cap``), and refused forget requests (``forget``): what
-  the operator watches, with no client id;
+  :data:`spool_reporter._event.REASONS`, ``over_cap`` or ``forgotten``), and refused forget requests
+  (``forget``): what the operator watches, with no client id;
+- ``forgotten``: a keyed hash (HMAC-SHA-256 under ``forget_key``, a random key made with the table and never
+  leaving the database) of each client id forgotten, until the last event recorded before the forget would be
+  refused as too old anyway: an insert refuses that id's events (``forgotten``), so that a batch in flight
+  during the forget, or a spool that still held the old id's events, cannot bring them back
+  (:meth:`Store.forget`). The hash names an id only to someone who already holds both the id and the key;
 - ``rollup_weeks`` and ``rollup_cells``: the closed weeks' numbers, holding **no client id**
   (:mod:`._rollup`): per (application, week) the distinct developers, the events and the developers seen
   for the first time; per (application, week, breakdown, value) the distinct developers (the events, for
@@ -45,11 +50,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import hashlib
+import hmac
 import os
 from collections.abc import Sequence
 
 from spool_reporter import SpoolReporterError
-from spool_reporter._event import FIELDS, MAX_AGE_SECONDS
+from spool_reporter._event import FIELDS, MAX_AGE_SECONDS, MAX_FUTURE_SECONDS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -61,10 +68,11 @@ else:
 COLUMNS: Final = (*(f for f in FIELDS if f not in ("schema", "user_agent")), "week")
 """The stored columns: :data:`~spool_reporter._event.FIELDS` minus ``schema`` and ``user_agent``, plus ``week``."""
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 """The layout this code writes: 1 had ``events`` only; 2 added ``client_weeks`` and ``refusals``; 3 added the
 roll-ups (``rollup_weeks``, ``rollup_cells``, ``rollup_state``) and the indexes on ``events``; 4 added
-``releases`` and ``release_state`` and keeps only the day of an event's ``time``."""
+``releases`` and ``release_state`` and keeps only the day of an event's ``time``; 5 added ``forgotten`` and
+``forget_key`` (and, on PostgreSQL, indexes ``events`` by week and client id)."""
 
 OVER_CAP: Final = "over_cap"
 """The refusal reason of an event beyond :attr:`Limits.per_client_week`."""
@@ -76,6 +84,24 @@ closed the week would otherwise add to numbers that are final)."""
 
 FORGET: Final = "forget"
 """The refusal reason of a ``POST /v1/forget`` refused (not a client id, not the request's shape)."""
+
+FORGOTTEN: Final = "forgotten"
+"""The refusal reason of an event whose client id was forgotten (:meth:`Store.forget`)."""
+
+REQUEST_WAIT_S: Final = 4.0
+"""The longest a request waits on the database before it is answered ``503`` with ``Retry-After``
+(:class:`Unavailable`): a batch, a forget step, a public answer's read. The client's read timeout is 10 s
+(:data:`spool_reporter._settings.READ_TIMEOUT`); each back end keeps well inside this (SQLite: the write lock
+and the busy timeout; PostgreSQL: ``lock_timeout``, ``statement_timeout``, and a watchdog for a server that
+does not answer at all). The roll-up, ``collector stats`` and a migration are not bounded by it."""
+
+LOCK_WAIT_S: Final = 2.0
+"""How long a request waits for a lock another writer holds (SQLite's write lock, PostgreSQL's row and advisory
+locks): ours are held for milliseconds, so a longer wait means a stuck writer."""
+
+FORGET_CHUNK: Final = 2000
+"""Events a forget examines (SQLite) or deletes (PostgreSQL) per transaction: each holds up ingest for a few
+milliseconds at most (``benchmarks/bench_forget.py``)."""
 
 BREAKDOWNS: Final = {
     "by_django": "app_version",
@@ -133,7 +159,8 @@ class Inserted(NamedTuple):
     new: list[Row]
     """Those rows (only when asked for with ``want_new``)."""
     limited: int = 0
-    """Rows refused because their client id had reached :attr:`Limits.per_client_week` that week."""
+    """Rows refused by the store: over :attr:`Limits.per_client_week`, of a closed week, or of a forgotten
+    client id (each counted in ``refusals`` under its reason)."""
 
 
 DEFAULT_MAX_AGE_DAYS: Final = MAX_AGE_SECONDS // 86400
@@ -287,8 +314,12 @@ class Store:
             out.setdefault(str(week), {})[str(reason)] = int(n)  # type: ignore[call-overload]
         return out
 
-    def reading(self) -> contextlib.AbstractContextManager[Reader]:
-        """A :class:`Reader` over one snapshot, for a ``with`` block."""
+    def reading(self, *, quick: bool = False) -> contextlib.AbstractContextManager[Reader]:
+        """A :class:`Reader` over one snapshot, for a ``with`` block.
+
+        :param quick: a request waits for it: bounded by :data:`REQUEST_WAIT_S` (:class:`Unavailable` beyond).
+            Otherwise (the roll-up, the statistics) a query may take as long as it needs.
+        """
         raise NotImplementedError
 
     def count(self) -> tuple[int, int]:
@@ -314,7 +345,7 @@ class Store:
         if self.schema_version() < 4:
             return []
         if reader is None:
-            with self.reading() as own:
+            with self.reading(quick=True) as own:  # the public answers wait for it
                 return self.releases(app, own)
         rows = reader.query(
             "SELECT app, period, kind, made, epsilon, body FROM releases WHERE app = ? ORDER BY period, kind", (app,)
@@ -324,7 +355,7 @@ class Store:
     def release_mark(self, app: str) -> tuple[int, str]:
         """(releases of ``app``, the newest ``made``): changes whenever a release is added, costs one index read
         (one query: the store must be of schema 4, as the collector's own is once it has migrated it)."""
-        with self.reading() as reader:
+        with self.reading(quick=True) as reader:
             ((n, made),) = reader.query("SELECT COUNT(*), COALESCE(MAX(made), '') FROM releases WHERE app = ?", (app,))
         return int(n), str(made)  # type: ignore[call-overload]
 
@@ -372,9 +403,19 @@ class Store:
         rows whose last week is one of them: the retention of client ids, once their events are gone."""
         raise NotImplementedError
 
-    def forget(self, client_id: str) -> int:
+    def forget(self, client_id: str, *, until: float) -> int:
         """Delete every event, ``client_weeks`` and ``client_apps`` row of ``client_id``; return how many events.
-        The roll-ups hold no client id and are not touched."""
+        The roll-ups hold no client id and are not touched.
+
+        First, in one short transaction that no insert overlaps, ``client_id``'s keyed hash is added to
+        ``forgotten`` until the epoch time ``until`` (:func:`forget_until`): from then on every insert refuses its
+        events (counted as :data:`FORGOTTEN`), so the events found next are all there will ever be. Then they are
+        deleted in transactions of at most :data:`FORGET_CHUNK` events each, so that ingest waits milliseconds,
+        not for the whole deletion."""
+        raise NotImplementedError
+
+    def expire_forgotten(self, now: float) -> int:
+        """Delete the ``forgotten`` hashes whose time is past at ``now``; return how many (the roll-up does)."""
         raise NotImplementedError
 
     def rollup_lock(self) -> contextlib.AbstractContextManager[bool]:
@@ -406,6 +447,31 @@ def open_store(db: str | os.PathLike[str], *, create: bool = True, limits: Limit
     from ._sqlite import SQLiteStore
 
     return SQLiteStore(db, create=create, limits=limits or Limits())
+
+
+def forget_until(now: float, max_age: float) -> float:
+    """Until when a client id forgotten at ``now`` stays refused: the newest event recorded before the forget
+    (at most :data:`~spool_reporter._event.MAX_FUTURE_SECONDS` ahead of the collector's clock) is then older than
+    ``max_age`` (the collector's ``--max-age-days``), so it would be refused as ``too_old`` anyway."""
+    return now + max_age + MAX_FUTURE_SECONDS + 86400  # and a day for the clocks
+
+
+def forget_digest(key: str, client_id: str) -> str:
+    """The keyed hash of ``client_id`` kept in ``forgotten`` (hex; the key is the database's ``forget_key``)."""
+    return hmac.new(key.encode("ascii"), client_id.encode("ascii"), hashlib.sha256).hexdigest()[:32]
+
+
+def client_digests(rows: Sequence[Row], key: str) -> dict[str, str]:
+    """The keyed hash (:func:`forget_digest`) of each client id of ``rows`` -> that id."""
+    return {forget_digest(key, client): client for client in {row[9] for row in rows}}
+
+
+def without_clients(rows: Sequence[Row], clients: set[str]) -> tuple[Sequence[Row], int]:
+    """(``rows`` without those of ``clients``, how many were dropped)."""
+    if not clients:
+        return rows, 0
+    kept = [row for row in rows if row[9] not in clients]
+    return kept, len(rows) - len(kept)
 
 
 def group_new(rows: Sequence[Row], known: set[str]) -> tuple[list[Row], dict[tuple[str, str], int]]:

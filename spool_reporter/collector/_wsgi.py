@@ -18,8 +18,16 @@ logs nothing per request at all.
 ``GET /``, ``GET /v1/stats`` and the downloads serve the public releases (:mod:`._public`): numbers made
 once, with differential privacy, by the roll-up (:mod:`._release`), and stored; a request never counts
 anything. ``POST /v1/forget`` with ``{"client_id": "<uuid4>"}`` deletes every stored event of that client id
-and answers ``{"deleted": n}``; the roll-ups of closed weeks and the releases hold no client id and are not
-touched.
+and answers ``{"deleted": n}``; from then on, for as long as an event recorded before it could still be
+accepted, that id's events are refused (``forgotten``), so that a batch in flight or a spool that still held
+them cannot bring them back (:meth:`~._store.Store.forget`). The roll-ups of closed weeks and the releases
+hold no client id and are not touched.
+
+**Failures are answered as such.** A database that cannot take the request now -- busy beyond its lock wait,
+unreachable, silent, a full disk -- is answered ``503`` with ``Retry-After`` within
+:data:`~._store.REQUEST_WAIT_S` seconds (the flusher keeps the batch and comes back); the reason is logged for
+the operator, at most once a minute for the same reason, with nothing of the request. ``500`` is left for
+defects.
 
 Ingest also keeps the retention (:mod:`._rollup`): at most once per ``rollup_every`` seconds, a batch starts a
 roll-up in a background thread of this process, so that no request waits for it.
@@ -34,7 +42,7 @@ import threading
 import time
 
 from . import _public, _release, _rollup
-from ._store import FORGET, CollectorError, Retention, Row, Store, Unavailable
+from ._store import FORGET, CollectorError, Retention, Row, Store, Unavailable, forget_until
 from ._wire import (
     FORGET_MAX_BODY_BYTES,
     GA4_MAX_BODY_BYTES,
@@ -78,6 +86,10 @@ DRAIN_LIMIT: Final = DRAIN_FACTOR * MAX_BODY_BYTES
 """The drain limit of ``/v1/batch``."""
 
 _CHUNK: Final = 64 * 1024
+RETRY_AFTER: Final = "5"
+"""Seconds a client is asked to wait after a ``503`` (the flusher waits at least its own backoff)."""
+LOG_EVERY_S: Final = 60.0
+"""The same reason for a ``503`` is logged at most once per this many seconds."""
 _LOG: Final = logging.getLogger("spool_reporter.collector")
 # Do not log anything about a request here: no address, no header, no body.
 
@@ -247,12 +259,15 @@ class Collector:
         self._rollup_thread: threading.Thread | None = None
         self._next_rollup = 0.0  # monotonic; the first batch starts one (a restarted collector catches up)
         self._release_error = ""  # logged once until it changes
+        self._unavailable_logged: dict[str, float] = {}  # reason -> when it was last logged (monotonic)
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         try:
             status, body, content_type, extra = self._handle(environ)
-        except Unavailable:  # the database stayed locked beyond its timeout, or is unreachable: come back later
-            status, body, content_type, extra = 503, b"busy\n", "text/plain; charset=utf-8", [("Retry-After", "5")]
+        except Unavailable as exc:  # the database cannot take it now (busy, unreachable, full): come back later
+            self._log_unavailable(str(exc))
+            status, body, content_type = 503, b"unavailable, retry later\n", "text/plain; charset=utf-8"
+            extra = [("Retry-After", RETRY_AFTER)]
         except Exception as exc:  # never a traceback with request data in a server's error log
             _LOG.error("collector: internal error (%s)", type(exc).__name__)
             status, body, content_type, extra = 500, b"internal error\n", "text/plain; charset=utf-8", []
@@ -268,6 +283,18 @@ class Collector:
             ]
         start_response(_REASONS[status], headers)
         return [body]
+
+    def _log_unavailable(self, reason: str) -> None:
+        """Tell the operator why requests are answered ``503`` (the store's message: no request data in it)."""
+        now = time.monotonic()
+        with self._rollup_lock:
+            last = self._unavailable_logged.get(reason)
+            if last is not None and now - last < LOG_EVERY_S:
+                return
+            if len(self._unavailable_logged) > 64:
+                self._unavailable_logged.clear()
+            self._unavailable_logged[reason] = now
+        _LOG.warning("collector: answering 503: %s", reason)
 
     def _handle(self, environ: Environ) -> tuple[int, bytes, str, list[tuple[str, str]]]:
         path = str(environ.get("PATH_INFO") or "/")
@@ -328,7 +355,7 @@ class Collector:
             with contextlib.suppress(CollectorError):
                 self.store.insert([], refused={FORGET: 1}, now=self.policy.clock())
             raise
-        deleted = self.store.forget(client_id)
+        deleted = self.store.forget(client_id, until=forget_until(self.policy.clock(), self.policy.max_age))
         self.counters.add(forgotten=deleted)
         return 200, json.dumps({"deleted": deleted}).encode("ascii"), "application/json", []
 
