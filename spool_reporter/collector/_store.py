@@ -99,7 +99,7 @@ LOCK_WAIT_S: Final = 2.0
 """How long a request waits for a lock another writer holds (SQLite's write lock, PostgreSQL's row and advisory
 locks): ours are held for milliseconds, so a longer wait means a stuck writer."""
 
-FORGET_CHUNK: Final = 2000
+FORGET_CHUNK: Final = 500
 """Events a forget examines (SQLite) or deletes (PostgreSQL) per transaction: each holds up ingest for a few
 milliseconds at most (``benchmarks/bench_forget.py``)."""
 
