@@ -32,6 +32,7 @@ discarded when the process id changes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import sqlite3
@@ -191,7 +192,7 @@ def _forgotten(conn: sqlite3.Connection, digests: list[str]) -> set[str]:
     return found
 
 
-def _forget_chunk(conn: sqlite3.Connection, week: str, client_id: str, after: int) -> tuple[int, int]:
+def _forget_chunk(conn: sqlite3.Connection, *, week: str, client_id: str, after: int) -> tuple[int, int]:
     """Delete ``client_id``'s events among the next :data:`~._store.FORGET_CHUNK` rows of ``week`` after rowid
     ``after`` (through the index on week, in rowid order); return (the last rowid examined, or -1 once the week
     is done; the events deleted). There is no index by client id: it would cost every insert ~19 %
@@ -646,7 +647,7 @@ class SQLiteStore(Store):
         for week in sorted(weeks):
             after = 0  # rowids start at 1
             while True:  # bounded: each round moves `after` past FORGET_CHUNK of the week's rows, or ends
-                after, n = self._write(lambda conn, week=week, after=after: _forget_chunk(conn, week, client_id, after))
+                after, n = self._write(functools.partial(_forget_chunk, week=week, client_id=client_id, after=after))
                 deleted += n
                 if after < 0:
                     break
