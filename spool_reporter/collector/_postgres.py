@@ -308,7 +308,9 @@ class PostgresStore(Store):
         conn = self._connect()
         try:
             with conn.transaction():
-                conn.execute("SET LOCAL statement_timeout = 0")  # a migration takes what the table needs
+                # A migration takes what the table needs (an index on the events), and the processes that start meanwhile
+                # wait for it at the advisory lock below.
+                conn.execute("SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0")
                 if create:
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK,))
                 version = self._version(conn)
