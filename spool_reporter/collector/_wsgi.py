@@ -260,6 +260,7 @@ class Collector:
         self._next_rollup = 0.0  # monotonic; the first batch starts one (a restarted collector catches up)
         self._release_error = ""  # logged once until it changes
         self._unavailable_logged: dict[str, float] = {}  # reason -> when it was last logged (monotonic)
+        self._log_lock = threading.Lock()
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         try:
@@ -287,7 +288,7 @@ class Collector:
     def _log_unavailable(self, reason: str) -> None:
         """Tell the operator why requests are answered ``503`` (the store's message: no request data in it)."""
         now = time.monotonic()
-        with self._rollup_lock:
+        with self._log_lock:
             last = self._unavailable_logged.get(reason)
             if last is not None and now - last < LOG_EVERY_S:
                 return
