@@ -308,8 +308,8 @@ class PostgresStore(Store):
         conn = self._connect()
         try:
             with conn.transaction():
-                # A migration takes what the table needs (an index on the events), and the processes that start meanwhile
-                # wait for it at the advisory lock below.
+                # A migration takes what the table needs (an index on the events), and the processes that start
+                # meanwhile wait for it at the advisory lock below.
                 conn.execute("SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0")
                 if create:
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK,))
