@@ -249,3 +249,51 @@ def test_postgres_frozen(caplog: pytest.LogCaptureFixture) -> None:
         server.stop()
     logged = [r.getMessage() for r in caplog.records if "answering 503" in r.getMessage()]
     assert logged, "the operator was not told why"
+
+
+_FORKS = """
+import os, sys, threading, time
+from spool_reporter.collector import open_store
+store = open_store(sys.argv[1])
+stop = threading.Event()
+
+def busy() -> None:  # the parent's threads use the watchdog all the time, as a server's do
+    while not stop.is_set():
+        store.schema_version()
+
+threads = [threading.Thread(target=busy) for _ in range(3)]
+for t in threads:
+    t.start()
+stuck = 0
+for _ in range(50):
+    pid = os.fork()
+    if pid == 0:  # the child: a store of its own, whose first request starts its own watchdog
+        child = open_store(sys.argv[1])
+        child.schema_version()
+        os._exit(0)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.01)
+    else:
+        stuck += 1
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+stop.set()
+for t in threads:
+    t.join()
+store.close()
+print("stuck", stuck)
+"""
+
+
+def test_postgres_watchdog_survives_fork(pg_server: pg.Server) -> None:  # noqa: F811 - the fixture
+    """A pre-forking server may fork while a thread of the parent holds the watchdog's lock: the child must get a
+    fresh one (``os.register_at_fork``), or its first request waits forever."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FORKS, pg_server.url()], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "stuck 0", done.stdout + done.stderr[-2000:]

@@ -232,10 +232,17 @@ class _Watchdog:
     with the first watch (and again in a forked child: threads do not survive a fork)."""
 
     def __init__(self) -> None:
+        self._reset()
+        self._next = 0
+        if hasattr(os, "register_at_fork"):
+            # A fork may happen while the parent's thread holds the condition's lock (a pre-forking server that
+            # used the store before forking): the child starts with a fresh one, and no thread.
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
         self._cond = threading.Condition()
         self._due: dict[int, tuple[float, int]] = {}  # token -> (monotonic deadline, socket fd)
         self._killed: set[int] = set()
-        self._next = 0
         self._pid = 0
 
     def watch(self, fd: int, seconds: float) -> int:
