@@ -403,16 +403,18 @@ class PostgresStore(Store):
                 return
         conn.close()
 
-    def _run(self, work: Callable[[psycopg.Connection[Any]], _T], *, quick: bool = True) -> _T:
-        """``work(conn)`` on a pooled connection; a failed connection is closed, never pooled again.
+    @contextlib.contextmanager
+    def _borrow(self, quick: bool) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection for a ``with`` block; closed, never pooled again, if the block fails.
 
         :param quick: a request waits for it: the watchdog shuts the connection after
-            :data:`~._store.REQUEST_WAIT_S` (a server that answers nothing); otherwise no watchdog.
+            :data:`~._store.REQUEST_WAIT_S` (a server that answers nothing), which raises :class:`Unavailable`;
+            otherwise no watchdog.
         """
         conn = self._get()
         token = _WATCHDOG.watch(conn.pgconn.socket, REQUEST_WAIT_S) if quick else 0
         try:
-            result = work(conn)
+            yield conn
         except BaseException as exc:
             killed = bool(token) and _WATCHDOG.done(token)
             with contextlib.suppress(Exception):
@@ -420,21 +422,22 @@ class PostgresStore(Store):
             if killed:
                 msg = f"the collector database {self.display} did not answer within {REQUEST_WAIT_S:g} s"
                 raise Unavailable(msg) from exc
-            transient = (
-                self._pg.OperationalError,
-                self._pg.errors.DeadlockDetected,
-                self._pg.errors.SerializationFailure,
-            )
-            if isinstance(exc, transient):
-                msg = f"the collector database {self.display} is unavailable: {_first_line(exc)}"
-                raise Unavailable(msg) from exc
             raise
         if token and _WATCHDOG.done(token):  # shut just as the work ended: never pool it
             with contextlib.suppress(Exception):
                 conn.close()
-            return result
+            return
         self._put(conn)
-        return result
+
+    def _run(self, work: Callable[[psycopg.Connection[Any]], _T], *, quick: bool = True) -> _T:
+        """``work(conn)`` on a pooled connection (:meth:`_borrow`); a transient failure is :class:`Unavailable`."""
+        transient = (self._pg.OperationalError, self._pg.errors.DeadlockDetected, self._pg.errors.SerializationFailure)
+        try:
+            with self._borrow(quick) as conn:
+                return work(conn)
+        except transient as exc:
+            msg = f"the collector database {self.display} is unavailable: {_first_line(exc)}"
+            raise Unavailable(msg) from exc
 
     # -- writing --------------------------------------------------------------------------------------------
 
@@ -461,9 +464,7 @@ class PostgresStore(Store):
                 # The same lock keeps a forget's mark and this batch apart: a forget marked before this point is
                 # seen below, and a forget marking after it waits for this transaction, then finds its rows.
                 cur.execute("SELECT pg_advisory_xact_lock_shared(%s)", (CLOSING_LOCK,))
-                key = self._key or str(_one(cur, "SELECT key FROM forget_key")[0])
-                self._key = key
-                digests = _store.client_digests(rows, key)
+                digests = _store.client_digests(rows, self._forget_key(cur))
                 closed, marked = _one(cur, _BATCH_STATE, (",".join(sorted(digests)),))
                 rows, gone = _store.without_clients(rows, {digests[d] for d in marked or ()})
                 if closed and any(row[11] <= closed for row in rows):
@@ -499,6 +500,11 @@ class PostgresStore(Store):
                 week = _store.this_week(time.time() if now is None else now)
                 cur.executemany(_ADD_REFUSAL, [(week, reason, n) for reason, n in sorted(refused.items()) if n])
         return Inserted(added, kept if want_new else [], limited + late + gone)
+
+    def _forget_key(self, cur: psycopg.Cursor[Any]) -> str:
+        if not self._key:
+            self._key = str(_one(cur, "SELECT key FROM forget_key")[0])
+        return self._key
 
     # -- retention and forget -------------------------------------------------------------------------------
 
@@ -574,11 +580,10 @@ class PostgresStore(Store):
             # Exclusive: waits for the batches in flight (their rows are then found below) and makes every later
             # batch see the mark (see _insert); held for this short transaction only.
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (CLOSING_LOCK,))
-            self._key = self._key or str(_one(cur, "SELECT key FROM forget_key")[0])
             cur.execute(
                 "INSERT INTO forgotten (digest, until) VALUES (%s, %s) "
                 "ON CONFLICT (digest) DO UPDATE SET until = GREATEST(forgotten.until, excluded.until)",
-                (_store.forget_digest(self._key, client_id), until),
+                (_store.forget_digest(self._forget_key(cur), client_id), until),
             )
             weeks = cur.execute("SELECT week FROM client_weeks WHERE client_id = %s::uuid", (client_id,))
             return [str(w) for (w,) in weeks]
@@ -653,10 +658,8 @@ class PostgresStore(Store):
 
     @contextlib.contextmanager
     def _reading(self, quick: bool) -> Iterator[Reader]:
-        conn = self._get()
-        token = _WATCHDOG.watch(conn.pgconn.socket, REQUEST_WAIT_S) if quick else 0
         try:
-            with conn.transaction():
+            with self._borrow(quick) as conn, conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")  # one snapshot
                 if not quick:
                     conn.execute("SET LOCAL statement_timeout = 0")  # the roll-up, the statistics: what it takes
@@ -666,27 +669,10 @@ class PostgresStore(Store):
 
                 yield Reader(run)
         except self._pg.Error as exc:
-            killed = bool(token) and _WATCHDOG.done(token)
-            with contextlib.suppress(Exception):
-                conn.close()
-            if killed:
-                msg = f"the collector database {self.display} did not answer within {REQUEST_WAIT_S:g} s"
-                raise Unavailable(msg) from exc
             msg = f"cannot read the collector database {self.display}: {_first_line(exc)}"
             if isinstance(exc, self._pg.OperationalError):
                 raise Unavailable(msg) from exc
             raise CollectorError(msg) from exc
-        except BaseException:
-            if token:
-                _WATCHDOG.done(token)
-            with contextlib.suppress(Exception):
-                conn.close()
-            raise
-        if token and _WATCHDOG.done(token):
-            with contextlib.suppress(Exception):
-                conn.close()
-            return
-        self._put(conn)
 
     def reading(self, *, quick: bool = False) -> contextlib.AbstractContextManager[Reader]:
         return self._reading(quick)

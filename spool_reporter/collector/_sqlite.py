@@ -440,9 +440,7 @@ class SQLiteStore(Store):
             if self._write_lock.acquire(timeout=_POLL_S):
                 try:
                     if not job.done:
-                        with self._lock:
-                            jobs, self._pending = self._pending, []
-                        self._commit_group(jobs)
+                        self._commit_pending()
                 finally:
                     self._write_lock.release()
                 break
@@ -454,14 +452,23 @@ class SQLiteStore(Store):
                     if waiting:  # no writer took it: withdraw it, nothing was written
                         self._pending = [pending for pending in self._pending if pending is not job]
                 if waiting:
-                    msg = f"the collector database {self.path} is unavailable: its writer stayed busy"
-                    raise Unavailable(msg)
+                    raise self._busy()
                 job.finished.wait()  # the writer at work has it: its transaction is bounded (busy_timeout)
                 break
         if job.error is not None:
             raise job.error
         assert job.result is not None
         return job.result
+
+    def _busy(self) -> Unavailable:
+        return Unavailable(f"the collector database {self.path} is unavailable: its writer stayed busy")
+
+    def _commit_pending(self) -> None:
+        """Under the write lock: commit every batch waiting for it, in one transaction (a group commit)."""
+        with self._lock:
+            jobs, self._pending = self._pending, []
+        if jobs:
+            self._commit_group(jobs)
 
     def _commit_group(self, jobs: list[_Job]) -> None:
         """Under the write lock: run ``jobs`` in one transaction; each gets its result or the exception."""
@@ -560,16 +567,12 @@ class SQLiteStore(Store):
     def _write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """``work(conn)`` in one write transaction on the writing connection (batches wait meanwhile)."""
         if not self._write_lock.acquire(timeout=LOCK_WAIT_S):
-            msg = f"the collector database {self.path} is unavailable: its writer stayed busy"
-            raise Unavailable(msg)
+            raise self._busy()
         try:
             # The batches that waited for the lock go first, in their own transaction: a batch waits for one other
             # transaction at most, even behind a forget or a roll-up that takes the lock again at once (a lock is
             # not fair: without this, a forget's chunks in a row starved ingest for 150 ms at p99).
-            with self._lock:
-                jobs, self._pending = self._pending, []
-            if jobs:
-                self._commit_group(jobs)
+            self._commit_pending()
             return self._in_transaction(work)
         finally:
             self._write_lock.release()
@@ -630,15 +633,13 @@ class SQLiteStore(Store):
         self._write(work)
 
     def forget(self, client_id: str, *, until: float) -> int:
-        digest = _store.forget_digest(self._key or self._read_key(), client_id)
-
         def mark(conn: sqlite3.Connection) -> list[str]:
             # Under the write lock, as every insert: the batches before this are stored and will be found below,
             # the batches after it see the mark and refuse this client's events.
             conn.execute(
                 "INSERT INTO forgotten (digest, until) VALUES (?, ?) "
                 "ON CONFLICT (digest) DO UPDATE SET until = max(until, excluded.until)",
-                (digest, until),
+                (_store.forget_digest(self._forget_key(conn), client_id), until),
             )
             return [str(w) for (w,) in conn.execute("SELECT week FROM client_weeks WHERE client_id = ?", (client_id,))]
 
@@ -658,11 +659,6 @@ class SQLiteStore(Store):
 
         self._write(rest)
         return deleted
-
-    def _read_key(self) -> str:
-        with self._connection() as conn:
-            self._key = str(conn.execute("SELECT key FROM forget_key").fetchone()[0])
-        return self._key
 
     def expire_forgotten(self, now: float) -> int:
         return self._write(lambda conn: int(conn.execute("DELETE FROM forgotten WHERE until < ?", (now,)).rowcount))
