@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import time
 from collections.abc import Callable
 
@@ -19,3 +21,16 @@ def wait_for(
             break
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def stop_process(proc: subprocess.Popen[bytes], *, grace: float) -> int | None:
+    """Stop ``proc`` as a service manager does: ``SIGTERM``, then at most ``grace`` seconds for it to exit; its
+    exit status, or ``None`` if it had to be killed (``SIGKILL``, then waited for, bounded)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+        return None

@@ -23,6 +23,7 @@ from pathlib import Path
 import pg
 import pytest
 from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
+from polling import stop_process
 from test_collector import PROBE_UA, batch, event, post, probe_headers
 from test_collector_processes import recent
 
@@ -68,13 +69,8 @@ class Gunicorn:
             time.sleep(0.1)
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait(10)
+        code = stop_process(self.proc, grace=30)
+        return -signal.SIGKILL if code is None else code
 
 
 @contextlib.contextmanager

@@ -39,7 +39,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import ssl
 import struct
@@ -56,7 +55,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, Sandbox, clean_environ
-from polling import wait_for
+from polling import stop_process, wait_for
 from servers import fill, with_destination
 from test_cli import spool_command
 
@@ -239,13 +238,7 @@ http {{
     def stop(self) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)  # fast shutdown: close whatever is still open
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        stop_process(self.proc, grace=15)  # SIGTERM, nginx's fast shutdown: close whatever is still open
 
 
 def unix_get(path: Path, target: str, timeout: float = 5) -> bytes:
@@ -302,14 +295,10 @@ class Gunicorn:
 
     def stop(self) -> int:
         assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-            raise AssertionError("gunicorn did not stop within 30 s of SIGTERM") from None
+        code = stop_process(self.proc, grace=30)
+        if code is None:
+            raise AssertionError("gunicorn did not stop within 30 s of SIGTERM")
+        return code
 
 
 @pytest.fixture(scope="module")
