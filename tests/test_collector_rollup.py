@@ -43,12 +43,14 @@ def row(
     os_name: str = "Linux",
     name: str = "runserver",
     n: object = 0,
+    impl: str | None = None,
 ) -> Row:
-    """One stored row (the store takes rows as validated; these are valid) at epoch ``when``."""
+    """One stored row (the store takes rows as validated; these are valid) at epoch ``when``; ``impl`` is the
+    Python implementation (by default PyPy for 3.10, CPython otherwise)."""
     time_text = iso_time(when)
-    impl = "PyPy" if python == "3.10" else "CPython"
+    impl = impl or ("PyPy" if python == "3.10" else "CPython")
     return (
-        det_uuid4("event", client, when, name, version, n),
+        det_uuid4("event", client, when, name, app, version, impl, python, os_name, n),
         name,
         app,
         version,

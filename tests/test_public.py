@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_collector import det_uuid4
+from test_collector_rollup import row
 
 from spool_reporter._event import OS_FAMILIES, OTHER
 from spool_reporter._hook import iso_time
@@ -58,7 +58,7 @@ from spool_reporter.collector._release import (
     week_counts,
 )
 from spool_reporter.collector._rollup import closing_week
-from spool_reporter.collector._store import Release, Row, Store, week_of_valid
+from spool_reporter.collector._store import Release, Row, Store
 
 DAY = 86400.0
 
@@ -97,20 +97,8 @@ def event_row(
     """One stored row (the store takes rows as validated) of ``client`` on ``day``; ``python`` is
     ``"<implementation> <version>"`` as the releases name it."""
     impl, _, python_version = python.partition(" ")
-    time_text = iso_time(at(day))
-    return (
-        det_uuid4("event", client, time_text, name, app, version, python, os_name, n),
-        name,
-        app,
-        version,
-        impl,
-        python_version,
-        os_name,
-        "6.1",
-        "x86_64",
-        det_uuid4("client", client),
-        time_text,
-        week_of_valid(time_text),
+    return row(
+        client, at(day), app=app, version=version, python=python_version, impl=impl, os_name=os_name, name=name, n=n
     )
 
 
