@@ -7,6 +7,8 @@ a budget is exceeded.
 
 from __future__ import annotations
 
+import http.client
+import io
 import json
 import os
 import platform
@@ -64,6 +66,36 @@ def publish(
             print(f"  info (not asserted) {b['what']}: {b['measured']}, {where} the target {b['budget']}")
     sys.stdout.flush()
     return ok
+
+
+def post_over_http(host: str, port: int, bodies: Sequence[bytes], who: str) -> int:
+    """POST each of ``bodies`` to ``/v1/batch`` on its own connection, as a flusher's run does; the events
+    accepted. Any answer but ``200`` ends the process, naming ``who``."""
+    accepted = 0
+    for body in bodies:
+        conn = http.client.HTTPConnection(host, port, timeout=60)
+        conn.request("POST", "/v1/batch", body=body, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        answer = response.read()
+        conn.close()
+        if response.status != 200:
+            raise SystemExit(f"{who}: HTTP {response.status} {answer[:200]!r}")
+        accepted += json.loads(answer)["accepted"]
+    return accepted
+
+
+def post_in_process(app: object, bodies: Sequence[bytes], who: str) -> float:
+    """POST each of ``bodies`` to ``/v1/batch`` of the WSGI application ``app`` called directly, in this thread,
+    no HTTP; the seconds taken. Any answer but ``200`` ends the process, naming ``who``."""
+    started = time.perf_counter()
+    for body in bodies:
+        environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/v1/batch", "CONTENT_TYPE": "application/json",
+                   "CONTENT_LENGTH": str(len(body)), "wsgi.input": io.BytesIO(body)}  # fmt: skip
+        status: list[str] = []
+        b"".join(app(environ, lambda s, h, seen=status: seen.append(s)))  # type: ignore[operator]
+        if not status[0].startswith("200"):
+            raise SystemExit(f"{who}: {status[0]}")
+    return time.perf_counter() - started
 
 
 def pip(*args: str) -> None:

@@ -12,7 +12,6 @@ the medians.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import statistics
 import subprocess
@@ -27,6 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 def child(url: str, batches: int, index: str) -> int:
     """One measurement in this process: events per second."""
     import psycopg
+    from _common import post_in_process
 
     from spool_reporter.collector import make_app
 
@@ -50,15 +50,7 @@ def child(url: str, batches: int, index: str) -> int:
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute("CREATE INDEX events_week ON events (week)")
                 conn.execute("DROP INDEX events_week_client")
-        started = time.perf_counter()
-        for body in bodies:
-            environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/v1/batch", "CONTENT_TYPE": "application/json",
-                       "CONTENT_LENGTH": str(len(body)), "wsgi.input": io.BytesIO(body)}  # fmt: skip
-            status: list[str] = []
-            b"".join(app(environ, lambda s, h, seen=status: seen.append(s)))
-            if not status[0].startswith("200"):
-                raise SystemExit(f"ab_postgres_index: {status[0]}")
-        return round(batches * 500 / (time.perf_counter() - started))
+        return round(batches * 500 / post_in_process(app, bodies, "ab_postgres_index"))
     finally:
         app.store.close()
 

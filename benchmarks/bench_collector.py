@@ -109,17 +109,10 @@ def client(host: str, port: int, who: str, batches: int) -> None:
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         return
-    accepted = 0
+    from _common import post_over_http
+
     t0 = time.monotonic()
-    for body in bodies:
-        conn = http.client.HTTPConnection(host, port, timeout=60)
-        conn.request("POST", "/v1/batch", body=body, headers={"Content-Type": "application/json"})
-        response = conn.getresponse()
-        answer = response.read()
-        conn.close()
-        if response.status != 200:
-            raise SystemExit(f"client {who}: HTTP {response.status} {answer[:200]!r}")
-        accepted += json.loads(answer)["accepted"]
+    accepted = post_over_http(host, port, bodies, f"client {who}")
     t1 = time.monotonic()
     print(json.dumps({"t0": t0, "t1": t1, "accepted": accepted}), flush=True)
 
@@ -249,7 +242,7 @@ def _round(env: dict[str, str], c: Collector, *, clients: int, batches: int, tag
 
 def _in_process(backend: str, db: str, batches: int) -> dict[str, object]:
     """The WSGI application called directly, one thread, no HTTP: the ceiling the servers work under."""
-    import io
+    from _common import post_in_process
 
     from spool_reporter.collector import make_app
 
@@ -257,15 +250,7 @@ def _in_process(backend: str, db: str, batches: int) -> dict[str, object]:
     bodies = [json.dumps({"schema": 1, "events": _events(f"w{backend}", b, now)}).encode() for b in range(batches)]
     app = make_app(db)
     try:
-        t0 = time.perf_counter()
-        for body in bodies:
-            environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/v1/batch", "CONTENT_TYPE": "application/json",
-                       "CONTENT_LENGTH": str(len(body)), "wsgi.input": io.BytesIO(body)}  # fmt: skip
-            status: list[str] = []
-            b"".join(app(environ, lambda s, h, seen=status: seen.append(s)))
-            if not status[0].startswith("200"):
-                raise SystemExit(f"bench_collector: in-process {backend}: {status[0]}")
-        seconds = time.perf_counter() - t0
+        seconds = post_in_process(app, bodies, f"bench_collector: in-process {backend}")
     finally:
         app.store.close()
     return {"collector": f"{backend} WSGI in-process", "rate": round(batches * BATCH / seconds)}

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import http.client
 import json
 import os
 import random
@@ -149,17 +148,10 @@ def client(port: int, seed: str, requests: int, per_request: int) -> None:
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         return
-    accepted = 0
+    from _common import post_over_http
+
     t0 = time.monotonic()
-    for body in bodies:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)  # a flusher's one request
-        conn.request("POST", "/v1/batch", body=body, headers={"Content-Type": "application/json"})
-        answer = conn.getresponse()
-        data = answer.read()
-        conn.close()
-        if answer.status != 200:
-            raise SystemExit(f"HTTP {answer.status} {data[:200]!r}")
-        accepted += json.loads(data)["accepted"]
+    accepted = post_over_http("127.0.0.1", port, bodies, "scale_postgres client")  # a flusher's requests
     print(json.dumps({"t0": t0, "t1": time.monotonic(), "accepted": accepted}), flush=True)
 
 
