@@ -162,10 +162,13 @@ def _check_readable(app: App, env: Mapping[str, str]) -> None:
 
 
 def _purge(app: App, env: Mapping[str, str]) -> int:
-    """Delete every queued event under the spool lock (waiting :data:`LOCK_TIMEOUT` for it); how many."""
+    """Delete every queued event, and those kept in local mode, under the spool locks (waiting
+    :data:`LOCK_TIMEOUT` for each); how many."""
+    from ._local import purge_app
+
     path = _hook.state_dir(app, env)
     try:
-        return _spool.purge_folder(path, wait=LOCK_TIMEOUT)
+        return purge_app(app, env, wait=LOCK_TIMEOUT)
     except _files.LockTimeout as exc:
         raise CommandError(f"the spool is locked by another process (waited {LOCK_TIMEOUT:.0f} s); try again") from exc
     except OSError as exc:
@@ -175,15 +178,27 @@ def _purge(app: App, env: Mapping[str, str]) -> int:
 def _spool_summary(app: App, env: Mapping[str, str]) -> dict[str, Any]:
     """Queued count, oldest event time and drop counters, read without writing anything. When the folder
     cannot be read, the counts are ``None`` (unknown) and ``problem`` says why."""
+    from ._local import count_local
+
     path = _hook.state_dir(app, env)
-    summary: dict[str, Any] = {"spool": path, "queued": 0, "oldest": None, "dropped": 0, "dropped_by_reason": {}}
+    summary: dict[str, Any] = {
+        "spool": path,
+        "queued": 0,
+        "oldest": None,
+        "dropped": 0,
+        "dropped_by_reason": {},
+        "kept_local": 0,
+    }
     try:
         folder = _hook.Folder(path, create=False)
     except FileNotFoundError:
         return summary
     except OSError as exc:
-        summary.update(queued=None, dropped=None, dropped_by_reason=None, problem=folder_problem(path, exc))
+        summary.update(
+            queued=None, dropped=None, dropped_by_reason=None, kept_local=None, problem=folder_problem(path, exc)
+        )
         return summary
+    summary["kept_local"] = count_local(app, env)
     with folder:
         summary["queued"] = _spool.count_queued(folder)
         counters = _spool.read_counters(folder)
@@ -234,6 +249,7 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     state = _state.read_state(app, environ=env)
     known = "problem" not in spool  # an unreadable folder hides the flusher's record too
     seen = _hook.seen_notice_version(None if _hook.is_broken(user) else user)
+    seen_mode = _hook.seen_notice_mode(None if _hook.is_broken(user) else user)
     data: dict[str, Any] = {
         "enabled": decision.enabled,
         "reason": decision.reason,
@@ -241,6 +257,7 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         "mode": decision.mode,
         "local": decision.local,
         "notice_version_seen": seen,
+        "notice_mode_seen": seen_mode if seen else None,
         "notice_version": app.notice_version,
         "endpoint": None if dest is None else dest.redacted_url(),
         "transport": None if dest is None else dest.transport,
@@ -263,8 +280,12 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     _out(f"mode:          {_mode_text(decision)}")
     local = "; not used in local mode" if decision.local and dest is not None else ""
     _out(f"destination:   {resolved.reason}{local}")
-    due = " (shown again with the next recorded event)" if decision.enabled and seen < app.notice_version else ""
-    _out(f"notice:        version {seen} seen, current {app.notice_version}{due}")
+    wording = _hook.NOTICE_LOCAL if decision.local else _hook.NOTICE_SEND
+    due = ""
+    if decision.enabled and (seen < app.notice_version or seen_mode != wording):
+        due = f" (the {wording} wording is shown with the next recorded event)"
+    said = f"version {seen} seen ({seen_mode} wording)" if seen else "never shown"
+    _out(f"notice:        {said}, current {app.notice_version}{due}")
     _out(f"config file:   {data['config_file']}")
     _out(f"policy file:   {data['policy_file']}")
     _out(f"spool:         {spool['spool']}")
@@ -279,6 +300,11 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
             oldest_epoch = time.mktime(time.strptime(spool["oldest"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
             oldest = f", oldest {_age(now - oldest_epoch)} old ({spool['oldest']})"
     _out(f"queued:        {_n(spool['queued'], 'event')}{oldest}")
+    if spool["kept_local"]:
+        _out(
+            f"kept local:    {_n(spool['kept_local'], 'event')} recorded in local mode, never sent "
+            f"unless you run '{ctx.prog} enable'"
+        )
     breakdown = ", ".join(f"{k} {v}" for k, v in sorted(spool["dropped_by_reason"].items()))
     _out(f"dropped:       {spool['dropped']}" + (f" ({breakdown})" if breakdown else ""))
     last = "never" if state.last_flush is None else f"{data['last_flush']} ({state.last_result})"
@@ -295,10 +321,12 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
     """Write disable=0 to your config file: your explicit yes. It also turns reporting on in
     opt-in mode and in CI. {env_disable}, DO_NOT_TRACK and a system policy that disables
-    reporting still win. Coming from local mode, it says what is queued and will now be sent.
+    reporting still win. Events recorded in local mode, which are never sent otherwise, join
+    the queue: it says how many, and where the next flusher sends them.
     With --local, write mode=local too: events are recorded on this machine and never sent.
     Exit status 1 if reporting stays off.
     """
+    from ._local import count_local, send_local
     from ._userconf import ConfigError, update
 
     app, env = ctx.app, ctx.env
@@ -307,14 +335,6 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
         changes: dict[str, str | None] = {"disable": "0", "mode": "local"}
     else:
         changes = {"disable": "0", "mode": None}
-        if before.local:  # local -> sending: say what is about to leave first
-            queued = _spool_summary(app, env)["queued"] or 0
-            dest = _settings.resolve(app, env, sending=False).destination
-            where = f" to {dest.redacted_url()}" if dest is not None else ""
-            _out(
-                f"Leaving local mode: {_n(queued, 'queued event')} will be sent{where} by the next flusher; "
-                f"see exactly what with: {ctx.prog} flush --dry-run"
-            )
     try:
         path = update(app, changes, env)
     except ConfigError as exc:
@@ -323,11 +343,35 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
     written = ", ".join(f"{k}={v}" for k, v in changes.items() if v is not None)
     _out(f"Wrote {written} to {path}" + (" and removed mode=local." if before.local and not args.local else "."))
     if decision.enabled and decision.local:
+        kept = count_local(app, env)
         _out(
-            f"Local mode: events are recorded on this machine and never sent. See them with: {ctx.prog} flush --dry-run"
+            "Local mode: events are recorded on this machine and never sent"
+            + (f" ({_n(kept, 'event')} so far)" if kept else "")
+            + f". See them with: {ctx.prog} flush --dry-run"
         )
         return EXIT_OK
     if decision.enabled:
+        # Sending: the user's explicit yes also sends what was recorded under the "never sent" wording.
+        try:
+            moved = send_local(app, env, wait=LOCK_TIMEOUT)
+        except _files.LockTimeout as exc:
+            raise CommandError(
+                f"reporting is on, but the {_n(count_local(app, env), 'event')} recorded in local mode stay on "
+                f"this machine: the spool is locked by another process (waited {LOCK_TIMEOUT:.0f} s); run "
+                f"'{ctx.prog} enable' again to send them"
+            ) from exc
+        except OSError as exc:
+            raise CommandError(folder_problem(_hook.local_dir(app, env), exc)) from exc
+        if moved.events:
+            queued = _spool_summary(app, env)["queued"] or 0
+            dest = _settings.resolve(app, env, user=user, policy=policy, read_files=False, sending=False).destination
+            where = f" to {dest.redacted_url()}" if dest is not None else ""
+            dropped = f" (the caps dropped the oldest {_n(moved.dropped, 'event')})" if moved.dropped else ""
+            _out(
+                f"{_n(moved.events, 'event')} recorded in local mode joined the queue{dropped}: "
+                f"{_n(queued, 'queued event')} will be sent{where} by the next flusher, or now with "
+                f"'{ctx.prog} flush'. See exactly what with: {ctx.prog} flush --dry-run"
+            )
         _out(f"Reporting is on. See what would be sent with: {ctx.prog} flush --dry-run")
         return EXIT_OK
     why = _consent.explain(decision.reason, environ=env, user=user, policy=policy)
@@ -435,9 +479,11 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
         return _dry_run(args, ctx)
     user, policy, decision = _inputs(ctx)
     if decision.enabled and decision.local:
-        queued = _spool_summary(app, env)["queued"] or 0
+        summary = _spool_summary(app, env)
+        kept = (summary["queued"] or 0) + (summary["kept_local"] or 0)
         _out(
-            f"local: nothing is sent in local mode; {_n(queued, 'queued event')} stay on this machine. "
+            f"local: nothing is sent in local mode; {_n(kept, 'event')} "
+            f"{'stays' if kept == 1 else 'stay'} on this machine. "
             f"'{ctx.prog} enable' sends them, '{ctx.prog} flush --dry-run' shows what would leave."
         )
         return EXIT_OK
@@ -474,6 +520,9 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
         message = result.message
     if message:
         (sys.stdout if ok else sys.stderr).write(message + "\n")
+    kept = _spool_summary(app, env)["kept_local"]
+    if kept:
+        _out(f"{_n(kept, 'event')} recorded in local mode stay on this machine; '{ctx.prog} enable' sends them.")
     return EXIT_OK if ok else EXIT_FAILED
 
 
@@ -499,7 +548,7 @@ def _dry_run(args: argparse.Namespace, ctx: Context) -> int:
     plan = _plan.plan(ctx.app, environ=ctx.env)
     _, _, decision = _inputs(ctx)
     local = decision.enabled and decision.local
-    shown_requests = _local_requests(ctx, plan.events) if local else plan.requests
+    shown_requests = _local_requests(ctx, plan.events + plan.local_events) if local else plan.requests
     requests = [
         {
             "method": r.method,
@@ -510,10 +559,22 @@ def _dry_run(args: argparse.Namespace, ctx: Context) -> int:
         for r in shown_requests
     ]
     if args.json:
-        doc = {"events": plan.events, "requests": requests, "reason": plan.reason, "local": local}
+        doc = {
+            "events": plan.events,
+            "local_events": plan.local_events,
+            "requests": requests,
+            "reason": plan.reason,
+            "local": local,
+        }
         _out(json.dumps(doc, indent=2))
         return EXIT_OK
     _out(f"{_n(len(plan.events), 'queued event')}; nothing is sent by --dry-run.")
+    if plan.local_events:
+        _out(
+            f"{_n(len(plan.local_events), 'event')} recorded in local mode "
+            f"{'is' if len(plan.local_events) == 1 else 'are'} kept on this machine"
+            + (", shown below with the queue." if local else f"; only '{ctx.prog} enable' sends them.")
+        )
     if local:
         _out(f"Local mode: nothing leaves this machine. With sending on ('{ctx.prog} enable'), these would:")
     elif plan.reason:

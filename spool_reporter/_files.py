@@ -344,12 +344,12 @@ class ReadOnlyFolder:
     into someone else's folder), changing nothing, not even a mode. :attr:`usable` is false when there is no
     such folder of ours."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, own: int = OWN_LEVELS) -> None:
         self.path = path
         self.fd: int | None = None
         if DIR_FD:
             try:
-                self.fd = open_dirs(path, create=False, own=OWN_LEVELS, tighten=False)
+                self.fd = open_dirs(path, create=False, own=own, tighten=False)
             except OSError:
                 self.usable = False
                 return

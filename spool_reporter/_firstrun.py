@@ -12,7 +12,18 @@ import os
 import stat
 
 from ._files import make_dirs
-from ._hook import MAX_CONFIG_BYTES, is_uuid4, parse, seen_notice_version, take_lock, user_config_path, uuid4
+from ._hook import (
+    MAX_CONFIG_BYTES,
+    NOTICE_LOCAL,
+    NOTICE_SEND,
+    is_uuid4,
+    parse,
+    seen_notice_mode,
+    seen_notice_version,
+    take_lock,
+    user_config_path,
+    uuid4,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -38,15 +49,18 @@ first run that gives up records nothing. This is paid at most on a user's first 
 on the every-command path."""
 
 
-def create_client_id(app: "App", environ: "Mapping[str, str]", *, notice: bool = False) -> "tuple[str, bool] | None":
+def create_client_id(
+    app: "App", environ: "Mapping[str, str]", *, notice: bool = False, local: bool = False
+) -> "tuple[str, bool] | None":
     """The client id, created on first use, and whether the notice is due now: ``(id, show)``, or ``None`` if the
     config file cannot take them (then nothing is recorded: never an event without the notice it needs).
 
     Under an exclusive lock on the config file itself, re-reading it first: appends ``client_id=<uuid4>`` if there
-    is none, and, with ``notice``, ``notice_version=<the App's>`` if the user has seen an older one (the last
-    occurrence of a key wins, so the file stays append-only here). Several commands started together agree on
-    one id, and exactly one of them is told to show the notice. A new id created without ``notice`` records
-    ``notice_version=0``: nothing was shown. The file is never written through a symlink.
+    is none, and, with ``notice``, ``notice_version=<the App's>`` and ``notice_mode=<send or local>`` if the user
+    has seen an older version or the other wording (``local``: the event about to be recorded stays on this
+    machine). The last occurrence of a key wins, so the file stays append-only here. Several commands started
+    together agree on one id, and exactly one of them is told to show the notice. A new id created without
+    ``notice`` records ``notice_version=0``: nothing was shown. The file is never written through a symlink.
     """
     path = user_config_path(app, environ)
     make_dirs(os.path.dirname(path))
@@ -65,10 +79,13 @@ def create_client_id(app: "App", environ: "Mapping[str, str]", *, notice: bool =
         created = stored is None or not is_uuid4(stored)
         cid = uuid4() if created or stored is None else stored
         seen = 0 if created else seen_notice_version(values)
-        show = notice and seen < app.notice_version
+        wording = NOTICE_LOCAL if local else NOTICE_SEND
+        show = notice and (seen < app.notice_version or seen_notice_mode(values) != wording)
         lines = [f"client_id={cid}"] if created else []
         if show or (created and not notice):
             lines.append(f"notice_version={app.notice_version if show else 0}")
+        if show:
+            lines.append(f"notice_mode={wording}")
         if lines:
             prefix = "\n" if data and not data.endswith(b"\n") else ""
             os.write(fd, (prefix + "".join(line + "\n" for line in lines)).encode("ascii"))
@@ -77,19 +94,28 @@ def create_client_id(app: "App", environ: "Mapping[str, str]", *, notice: bool =
         os.close(fd)  # releases the lock
 
 
-def notice_text(app: "App", *, local: bool = False) -> str:
+def notice_text(app: "App", *, local: bool = False, after_local: bool = False) -> str:
     """The notice printed on stderr before the first event is recorded (and again, once, when its version
-    changes); ``local``: the local-mode wording (recorded, never sent)."""
+    or its wording changes); ``local``: the local-mode wording (recorded, never sent); ``after_local``: the
+    sending wording for a user who saw the local one (what was recorded then stays on this machine)."""
     cli = app.cli_name
     django = app.slug == "django"
     head = f"{app.name} usage reporting is on" + (", in local mode" if local else "") + (" (DEP 8)" if django else "")
     if local:
         where = (
             f"Events stay in a file on this machine and are never sent (local mode).\n"
-            f"  Send them from now on:           {cli} enable\n"
+            f"  Send them:                       {cli} enable\n"
         )
     else:
         where = "Events are sent later in the background; a command never waits for the network.\n"
+        if after_local:
+            where = (
+                "Local mode has ended (a setting or the system policy changed). From now on:\n"
+                + where
+                + "Events recorded in local mode stay on this machine, never sent.\n"
+                f"  Send those too:                  {cli} enable\n"
+                f"  Stay in local mode:              {cli} enable --local\n"
+            )
     what = "Commands such as startproject record" if django else "Each command records"
     return (
         f"\n{head}. {what} one anonymous event:\n"
@@ -98,5 +124,6 @@ def notice_text(app: "App", *, local: bool = False) -> str:
         f"  See exactly what would be sent:  {cli} flush --dry-run\n"
         f"  Turn it off:                     {cli} disable   (or set {app.env_disable}=1 or DO_NOT_TRACK=1)\n"
         f"  Details:                         {app.docs_url}\n"
-        f"This notice (version {app.notice_version}) is shown once, and again only if what is collected changes.\n\n"
+        f"This notice (version {app.notice_version}) is shown once, and again only if what is collected or where it\n"
+        "goes changes.\n\n"
     )

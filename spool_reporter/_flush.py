@@ -58,7 +58,8 @@ class FlushResult:
 
     outcome: str
     """``delivered`` (something was sent or rejected, nothing failed), ``nothing`` (empty spool),
-    ``disabled`` (reporting is off; see :attr:`purged`), ``no-endpoint`` (nowhere to send; see
+    ``disabled`` (reporting is off; see :attr:`purged`), ``local`` (local mode: nothing is sent),
+    ``no-endpoint`` (nowhere to send; see
     :attr:`message`), ``failed`` (a request failed or the back-off is pending; events kept) or ``busy``
     (another flusher is running, or the spool lock is held)."""
     sent: int = 0
@@ -228,9 +229,11 @@ class _Run:
         return None
 
 
-def _purge(path: str) -> int:
+def _purge(app: App, env: Mapping[str, str]) -> int:
+    from ._local import purge_app
+
     try:
-        return _spool.purge_folder(path, wait=SPOOL_LOCK_TIMEOUT)
+        return purge_app(app, env, wait=SPOOL_LOCK_TIMEOUT)
     except (NotADirectoryError, _hook.SpoolError):
         return 0
 
@@ -292,13 +295,17 @@ def _run(
     user, policy = _hook.read_inputs(app, env)
     decision = _hook.decide(app, env, user, policy)
     if not decision.enabled:
-        purged = _purge(path) if decision.hard_off else 0
+        purged = _purge(app, env) if decision.hard_off else 0
         return FlushResult(
             outcome="disabled",
             purged=purged,
             message=f"reporting is off: {_consent.explain(decision.reason)}"
             + (f"; deleted {purged} queued events" if purged else ""),
         )
+    if decision.local:
+        # Local mode sends nothing, not even what was queued before it began; the hook starts no flusher then,
+        # but one started just before the mode changed, or `flush` run by hand, ends here.
+        return FlushResult(outcome="local", message="local mode: nothing is sent")
     resolved = _settings.resolve(app, env, user=user, policy=policy, read_files=False)
     try:
         folder = _hook.Folder(path, create=False)

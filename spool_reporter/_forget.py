@@ -179,7 +179,7 @@ def forget(app: App, *, environ: Mapping[str, str] | None = None, send_while_off
             folder.close()
             return Result("busy", "a flusher is still running (it kept its lock); try again")
     try:
-        purged = _purge(path)
+        purged = _purge(app, env)
         if old is None:
             return Result("no-id", "this machine has no client id: nothing was ever sent under one", purged=purged)
         if not decision.enabled and not send_while_off:
@@ -195,7 +195,7 @@ def forget(app: App, *, environ: Mapping[str, str] | None = None, send_while_off
         url = None if destination is None else forget_url(destination)
         if url is None:
             new = _replace(app, env)
-            purged += _purge(path)
+            purged += _purge(app, env)
             return Result(
                 "cannot",
                 f"{_cannot(destination, resolved.reason)}. Your old client id: {old}",
@@ -217,7 +217,7 @@ def forget(app: App, *, environ: Mapping[str, str] | None = None, send_while_off
                 old_id=old,
             )
         new = _replace(app, env)
-        purged += _purge(path)  # what the hook queued under the old id meanwhile
+        purged += _purge(app, env)  # what the hook queued under the old id meanwhile
         count = "its events" if deleted is None else f"{deleted} event{'' if deleted == 1 else 's'}"
         return Result(
             "forgotten",
@@ -245,13 +245,13 @@ def _replace(app: App, env: Mapping[str, str]) -> str:
     return new
 
 
-def _purge(path: str) -> int:
-    """The flusher's purge (under the spool lock); 0 if the lock stays busy (the hook holds it for microseconds,
-    a flusher for a rename: only a stuck process keeps it)."""
+def _purge(app: App, env: Mapping[str, str]) -> int:
+    """The flusher's purge (under the spool locks: the queue and the local folder); 0 if a lock stays busy (the
+    hook holds it for microseconds, a flusher for a rename: only a stuck process keeps it)."""
     from . import _files, _flush
 
     try:
-        return _flush._purge(path)
+        return _flush._purge(app, env)
     except _files.LockTimeout:
         return 0
 

@@ -227,6 +227,21 @@ def django_app(version: "str" = "0") -> "App":
 NOTICE_VERSION: "Final" = 1
 
 
+#: The notice's two wordings, as ``notice_mode=`` records which one the user saw: ``send`` ("events are sent
+#: later") and ``local`` ("events stay in a file on this machine and are never sent"). A user whose decision
+#: moves from one to the other sees the other wording before the next event is recorded. A file written before
+#: the mode was recorded has no ``notice_mode=``: it counts as ``send``, the only wording a user outside local
+#: mode could have seen (a local-mode user is shown the local wording again, once).
+NOTICE_SEND: "Final" = "send"
+
+NOTICE_LOCAL: "Final" = "local"
+
+
+def seen_notice_mode(user: "dict[str, str] | None") -> "str":
+    # The notice wording this user last saw (notice_mode= in the user file); see NOTICE_SEND.
+    return NOTICE_LOCAL if user is not None and user.get("notice_mode") == NOTICE_LOCAL else NOTICE_SEND
+
+
 def seen_notice_version(user: "dict[str, str] | None") -> "int":
     # The notice version this user has seen: notice_version= in the user file; a client id without it is from
     # before notice versions, when creating the id printed version 1; 0 when nothing was shown.
@@ -827,6 +842,8 @@ DIR_FLAGS: "Final" = os.O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC
 
 OWN_LEVELS: "Final" = 2
 
+LOCAL_OWN_LEVELS: "Final" = OWN_LEVELS + 1
+
 #: The last two levels of a spool folder (``spool_reporter/<slug>``) are ours: real folders we own, 0700, never
 #: a symlink of any owner. Above them, a symlink is followed only if root or we own it: another user cannot make
 #: us walk into a folder of their choosing (``/home -> /var/home`` still works). The walk that checks all this,
@@ -863,7 +880,7 @@ class Folder:
     path: "str"
     fd: "int | None"
 
-    def __init__(self, path: "str", *, create: "bool") -> "None":
+    def __init__(self, path: "str", *, create: "bool", own: "int" = OWN_LEVELS) -> "None":
         self.path = path
         self.fd = None
         if not DIR_FD:  # pragma: no cover - Windows
@@ -879,7 +896,7 @@ class Folder:
         if fd is None:
             from ._files import open_dirs  # rare: a first run, or a folder not verified yet
 
-            fd = open_dirs(path, create=create, own=OWN_LEVELS)
+            fd = open_dirs(path, create=create, own=own)
             try:
                 st = os.fstat(fd)
                 marker = f"{VERIFIED_PREFIX}{st.st_dev}-{st.st_ino}"
@@ -1055,21 +1072,46 @@ def state_dir(app: "App", environ: "Mapping[str, str] | None" = None) -> "str":
     return os.path.join(user_state_dir(STATE_APPNAME, environ), app.slug)
 
 
+#: The subfolder of the spool folder that holds the events recorded in local mode: a spool of its own (same
+#: files, lock and caps), which no flusher reads. Its last three levels are ours (LOCAL_OWN_LEVELS).
+LOCAL_FOLDER: "Final" = "local"
+
+
+def local_dir(app: "App", environ: "Mapping[str, str] | None" = None) -> "str":
+    # The app's local-mode folder: ``<user state dir>/spool_reporter/<slug>/local``.
+    return os.path.join(state_dir(app, environ), LOCAL_FOLDER)
+
+
 def ensure_client_id(
-    app: "App", user: "dict[str, str] | None", environ: "Mapping[str, str]", notice: "bool" = False
+    app: "App",
+    user: "dict[str, str] | None",
+    environ: "Mapping[str, str]",
+    notice: "bool" = False,
+    local: "bool" = False,
 ) -> "tuple[str, bool] | None":
     # The client id from the user file, creating it on first use: ``(id, show the notice now)`` or ``None``.
     #
     # The notice is due when the user has not seen this App's notice_version (a first run, or what is collected
-    # changed). Creating the id and recording notice_version= happen under an exclusive lock on the config file
+    # changed), or saw the other wording (``local``: this event stays on this machine; see NOTICE_SEND). Creating
+    # the id and recording notice_version= and notice_mode= happen under an exclusive lock on the config file
     # itself, re-reading it first, so several commands started together agree on one id and exactly one of them
     # prints the notice (notice=True only: a caller that prints none records none as seen).
     cid = None if user is None else user.get("client_id")
-    if cid is not None and is_uuid4(cid) and (not notice or seen_notice_version(user) >= app.notice_version):
+    if (
+        cid is not None
+        and is_uuid4(cid)
+        and (
+            not notice
+            or (
+                seen_notice_version(user) >= app.notice_version
+                and seen_notice_mode(user) == (NOTICE_LOCAL if local else NOTICE_SEND)
+            )
+        )
+    ):
         return cid, False
     from ._firstrun import create_client_id  # first run (or a new notice) only: not worth importing every time
 
-    return create_client_id(app, environ, notice=notice)
+    return create_client_id(app, environ, notice=notice, local=local)
 
 
 def int_setting(values: "dict[str, str] | None", key: "str", default: "int") -> "int":
@@ -1103,11 +1145,11 @@ def record_event(
             _echo(app, build_line(app, event, cid if cid and is_uuid4(cid) else uuid4(), when))
             return True
         if decision.hard_off and _has_queued(state_dir(app, env)):
-            from ._spool import purge_folder  # rare: someone said no and events are queued
+            from ._local import purge_app  # rare: someone said no and events are queued
 
-            purge_folder(state_dir(app, env), wait=LOCK_WAIT_SECONDS)
+            purge_app(app, env, wait=LOCK_WAIT_SECONDS)
         return False
-    got = ensure_client_id(app, user, env, notice)
+    got = ensure_client_id(app, user, env, notice, decision.local)
     if got is None:
         return False
     client_id, show = got
@@ -1115,12 +1157,19 @@ def record_event(
     if show:  # before the event is recorded
         from ._firstrun import notice_text
 
-        sys.stderr.write(notice_text(app, local=decision.local))
+        after_local = not decision.local and seen_notice_mode(user) == NOTICE_LOCAL
+        sys.stderr.write(notice_text(app, local=decision.local, after_local=after_local))
         sys.stderr.flush()
     if truthy(env.get(app.env_debug)):
         _echo(app, line)
         return True
-    with Folder(state_dir(app, env), create=True) as folder:
+    if decision.local:
+        # Recorded under the local wording ("never sent"): kept in the local folder, which no flusher reads;
+        # only `enable` moves them to the queue (_local.send_local), saying how many.
+        folder = Folder(local_dir(app, env), create=True, own=LOCAL_OWN_LEVELS)
+    else:
+        folder = Folder(state_dir(app, env), create=True)
+    with folder:
         size = append(
             folder,
             line,
@@ -1174,10 +1223,11 @@ def backing_off(gate: "float | None", now: "float") -> "bool":
 
 def _has_queued(path: "str") -> "bool":
     # "Disabling also deletes everything queued": one scandir (or a failed open) when nothing is queued,
-    # before paying for the cold module that deletes.
+    # before paying for the cold module that deletes. The local folder counts as queued when it exists (the
+    # purge removes it).
     try:
         with os.scandir(path) as entries:
-            return any(entry.name.endswith(SEGMENT_SUFFIX) for entry in entries)
+            return any(entry.name.endswith(SEGMENT_SUFFIX) or entry.name == LOCAL_FOLDER for entry in entries)
     except OSError:
         return False
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import _consent, _files, _hook, _settings, _spool, _state
+from ._local import local_events
 from .transports import Batch, transport_for
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ class Plan:
     """Events the destination's limits exclude, with the reason (they would be counted, not sent)."""
     invalid: int = 0
     """Spool lines that are not valid events (they would be counted as corrupt, never sent)."""
+    local_events: list[dict[str, object]] = field(default_factory=list)
+    """The events recorded in local mode (kept on this machine; only ``enable`` sends them), oldest first."""
 
 
 def _read_only_files(path: str) -> list[bytes]:
@@ -79,6 +82,7 @@ def plan(app: App, *, environ: Mapping[str, str] | None = None) -> Plan:
             if str(event["event_id"]) not in seen:  # a killed flusher can leave a resent copy behind
                 seen.add(str(event["event_id"]))
                 events.append(event)
+    kept = local_events(app, env)
     user, policy = _hook.read_inputs(app, env)
     decision = _hook.decide(app, env, user, policy)
     if not decision.enabled:
@@ -88,10 +92,13 @@ def plan(app: App, *, environ: Mapping[str, str] | None = None) -> Plan:
             requests=[],
             reason=f"reporting is off ({_consent.explain(decision.reason)}); {what}",
             invalid=invalid,
+            local_events=kept,
         )
+    if decision.local:
+        return Plan(events=events, requests=[], reason="local mode: nothing is sent", local_events=kept)
     resolved = _settings.resolve(app, env, user=user, policy=policy, read_files=False)
     if resolved.destination is None:
-        return Plan(events=events, requests=[], reason=resolved.reason, invalid=invalid)
+        return Plan(events=events, requests=[], reason=resolved.reason, invalid=invalid, local_events=kept)
     prepared = transport_for(resolved.destination).prepare(events, now=_state.now())
     return Plan(
         events=events,
@@ -99,6 +106,7 @@ def plan(app: App, *, environ: Mapping[str, str] | None = None) -> Plan:
         destination=resolved.reason,
         rejected=[(dict(e), reason) for e, reason in prepared.rejected],
         invalid=invalid,
+        local_events=kept,
     )
 
 

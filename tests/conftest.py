@@ -109,9 +109,17 @@ class Sandbox:
         path.write_text(text)
         return path
 
-    def spool_lines(self, app: App) -> list[bytes]:
-        """Every line in the active file and the sealed segments."""
-        folder = self.state_dir(app)
+    def local_dir(self, app: App) -> Path:
+        """Where the events recorded in local mode are kept."""
+        return self.state_dir(app) / "local"
+
+    def local_lines(self, app: App) -> list[bytes]:
+        """Every line recorded in local mode (the local folder's active file and segments)."""
+        return self.spool_lines(app, folder=self.local_dir(app))
+
+    def spool_lines(self, app: App, *, folder: Path | None = None) -> list[bytes]:
+        """Every line in the active file and the sealed segments (of the queue, or of ``folder``)."""
+        folder = self.state_dir(app) if folder is None else folder
         if not folder.exists():
             return []
         lines: list[bytes] = []

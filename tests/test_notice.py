@@ -55,7 +55,7 @@ def test_the_first_run_records_the_version_it_showed(sandbox: Sandbox, app: App)
     assert (out, err) == ("True\n", notice_text(app))
     text = sandbox.user_file(app).read_text()
     assert text.startswith("client_id=")
-    assert text.endswith(f"\nnotice_version={NOTICE_VERSION}\n")
+    assert text.endswith(f"\nnotice_version={NOTICE_VERSION}\nnotice_mode=send\n")  # which wording was shown
     assert run(sandbox) == ("True\n", "")
 
 
@@ -77,7 +77,7 @@ def test_an_older_notice_version_sees_the_notice_again_once(
     assert run(sandbox) == ("True\n", "")  # once
     text = sandbox.user_file(app).read_text()
     assert text.startswith(config)  # appended under the lock; the last occurrence of a key wins
-    assert text.endswith("notice_version=1\n" if shown else config[-20:])
+    assert text.endswith("notice_version=1\nnotice_mode=send\n" if shown else config[-20:])
     assert [json.loads(line)["client_id"] for line in sandbox.spool_lines(app)] == [CID, CID]
 
 
@@ -112,11 +112,11 @@ def test_a_new_notice_is_shown_once_when_commands_start_together(sandbox: Sandbo
 def test_status_shows_the_version_seen_and_the_current_one(sandbox: Sandbox, app: App) -> None:
     sandbox.write_user(app, f"client_id={CID}\nnotice_version=0\n")
     text = cli(sandbox, "status").stdout
-    assert "notice:        version 0 seen, current 1 (shown again with the next recorded event)\n" in text
+    assert "notice:        never shown, current 1 (the send wording is shown with the next recorded event)\n" in text
     data = json.loads(cli(sandbox, "status", "--json").stdout)
-    assert (data["notice_version_seen"], data["notice_version"]) == (0, 1)
+    assert (data["notice_version_seen"], data["notice_mode_seen"], data["notice_version"]) == (0, None, 1)
     run(sandbox)
-    assert "notice:        version 1 seen, current 1\n" in cli(sandbox, "status").stdout
+    assert "notice:        version 1 seen (send wording), current 1\n" in cli(sandbox, "status").stdout
 
 
 # --- local mode ---------------------------------------------------------------------------------------
@@ -179,17 +179,18 @@ def test_local_mode_records_and_never_sends(sandbox: Sandbox, app: App) -> None:
         runs = [run(sandbox, env=env) for _ in range(3)]
         assert runs == [("True\n", notice_text(app, local=True)), ("True\n", ""), ("True\n", "")]
         assert "Events stay in a file on this machine and are never sent" in runs[0][1]
-        assert len(sandbox.spool_lines(app)) == 3
+        assert len(sandbox.local_lines(app)) == 3
+        assert sandbox.spool_lines(app) == []  # kept apart from the queue
         assert not (sandbox.state_dir(app) / "flush.spawned").exists()  # no flusher was started
         for foreground in (True, False):
             result = _flush.run(app, foreground=foreground, environ=env, ignore_backoff=True)
             assert result.sent == 0
         flush = cli(sandbox, "flush", env=env)
         assert (flush.returncode, flush.stderr) == (0, "")
-        assert flush.stdout.startswith("local: nothing is sent in local mode; 3 queued events stay on this machine.")
+        assert flush.stdout.startswith("local: nothing is sent in local mode; 3 events stay on this machine.")
         dry = json.loads(cli(sandbox, "flush", "--dry-run", "--json", env=env).stdout)
         assert dry["local"] is True
-        assert len(dry["events"]) == 3
+        assert (len(dry["events"]), len(dry["local_events"])) == (0, 3)
         assert [r["url"] for r in dry["requests"]] == [server.url()]  # what would leave with sending on
         text = cli(sandbox, "flush", "--dry-run", env=env).stdout
         assert "Local mode: nothing leaves this machine. With sending on ('django-spool enable'), these would:" in text
@@ -199,13 +200,14 @@ def test_local_mode_records_and_never_sends(sandbox: Sandbox, app: App) -> None:
         assert status[1] == "mode:          local: events are recorded on this machine and never sent"
         assert status[2].endswith("; not used in local mode")
         assert not server.received
-        # Moving to sending says what is about to leave, then the next flush sends it.
+        # Moving to sending says how many events recorded in local mode leave, then the next flush sends them.
         enable = cli(sandbox, "enable", env=env)
         assert enable.returncode == 0, enable.stderr
-        assert enable.stdout.startswith(
-            f"Leaving local mode: 3 queued events will be sent to {server.url()} by the next flusher"
+        assert (
+            f"3 events recorded in local mode joined the queue: 3 queued events will be sent to {server.url()} "
+            "by the next flusher" in enable.stdout
         )
-        assert "mode=" not in sandbox.user_file(app).read_text()
+        assert "\nmode=" not in sandbox.user_file(app).read_text()
         assert cli(sandbox, "flush", env=env).stdout.startswith("delivered: sent 3")
         wait_for(lambda: len(server.event_ids()) == 3, what="the delivery")
 

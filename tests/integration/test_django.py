@@ -100,6 +100,10 @@ class User:
     def names(self) -> list[str]:
         return [str(e["event"]) for e in self.events()]
 
+    def local_names(self) -> list[str]:
+        """The events kept in local mode (never sent unless ``enable``)."""
+        return [str(json.loads(line)["event"]) for line in self.sandbox.local_lines(APP)]
+
     def new_project(self, name: str = "mysite", *, debug: bool = True) -> Path:
         """A project made with reporting off (so it records nothing), ``DEBUG`` as asked."""
         self.ok("django-admin", "startproject", name, off=True)
@@ -340,18 +344,59 @@ def test_local_mode_records_and_never_starts_a_flusher(user: User) -> None:
             server_proc.wait_serving()
         finally:
             server_proc.stop()
-        assert user.names() == ["startproject", "runserver"]
+        assert user.local_names() == ["startproject", "runserver"]
+        assert user.names() == []
         assert not (user.sandbox.state_dir(APP) / "flush.spawned").exists()
         flush = user.ok(spool, "flush", env=env)
-        assert flush.stdout.startswith(b"local: nothing is sent in local mode; 2 queued events stay")
+        assert flush.stdout.startswith(b"local: nothing is sent in local mode; 2 events stay on this machine")
         assert not server.received
         status = user.ok(spool, "status", env=env).stdout.decode()
         assert "[user:local]" in status
         assert "mode:          local: events are recorded on this machine and never sent" in status
+        assert "kept local:    2 events recorded in local mode" in status
         enable = user.ok(spool, "enable", env=env).stdout.decode()
-        assert enable.startswith(f"Leaving local mode: 2 queued events will be sent to {server.url()}")
+        assert f"2 events recorded in local mode joined the queue: 2 queued events will be sent to {server.url()}" in (
+            enable
+        )
         assert user.ok(spool, "flush", env=env).stdout.startswith(b"delivered: sent 2")
         assert len(set(server.event_ids())) == 2
+
+
+def test_events_recorded_under_the_local_notice_stay_local_when_the_policy_goes(user: User) -> None:
+    """A distributor's default=local, then the policy file goes away (a package update, a container that
+    shares the home folder but not /etc/xdg): the next command shows the sending notice before anything
+    leaves, and what was recorded under "never sent" is never sent -- until the user runs enable, which says
+    how many."""
+    from servers import serving, with_destination
+
+    spool = str(user.venv.bin / "django-spool")
+    with serving() as server:
+        env = with_destination(user.env, server.url(), SPOOL_REPORTER_FLUSH_DEADLINE="20")
+        env["SPOOL_REPORTER_SPAWN_INTERVAL"] = "0"
+        policy = user.sandbox.write_policy(APP, "default=local\n")
+        first = user.ok("django-admin", "startproject", "p1", env=env)
+        assert first.stderr == notice_text(APP, local=True).encode()
+        for name in ("p2", "p3"):
+            assert user.ok("django-admin", "startproject", name, env=env).stderr == b""
+        assert user.local_names() == ["startproject"] * 3
+        policy.unlink()
+        after = user.ok("django-admin", "startproject", "p4", env=env)
+        assert after.stderr == notice_text(APP, after_local=True).encode()  # shown before anything leaves
+        wait_for(lambda: len(server.event_ids()) >= 1, timeout=60, what="the flusher sends the new event")
+        state = user.sandbox.state_dir(APP) / "state.json"
+        wait_for(lambda: state.exists() and not _flusher_holds_its_lock(user), timeout=60, what="the flusher's end")
+        assert len(server.event_ids()) == 1
+        assert user.local_names() == ["startproject"] * 3
+        assert user.run("django-admin", "startproject", "p5", env=env).stderr == b""  # the notice once
+        status = user.ok(spool, "status", env=env).stdout.decode()
+        assert "kept local:    3 events recorded in local mode, never sent unless you run 'django-spool enable'" in (
+            status
+        )
+        enable = user.ok(spool, "enable", env=env).stdout.decode()
+        assert "3 events recorded in local mode joined the queue" in enable
+        user.ok(spool, "flush", env=env)
+        assert len(set(server.event_ids())) == 5
+        assert user.local_names() == []
 
 
 def test_reporting_off_records_nothing_and_prints_nothing(user: User) -> None:
