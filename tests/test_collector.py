@@ -523,7 +523,10 @@ def test_server_refuses_invalid_input(server: CollectorServer) -> None:
     url = server.url
     assert post(url, b"{nope")[0] == 400
     status, answer = post(url, batch([{**event(), "ip": "1.2.3.4"}, event()]))
-    assert (status, json.loads(answer)) == (200, {"accepted": 1, "duplicates": 0, "rejected": 1, "refused": {"shape": 1}})
+    assert (status, json.loads(answer)) == (
+        200,
+        {"accepted": 1, "duplicates": 0, "rejected": 1, "refused": {"shape": 1}},
+    )
     assert post(url, batch([event()] * (MAX_EVENTS + 1)))[0] == 400
     assert post(url, b'{"schema": 1, "events": []}', {"Content-Type": "text/plain"})[0] == 415
     assert post(url, b'{"schema": 1, "events": []}', {"Content-Encoding": "gzip"})[0] == 415
@@ -750,7 +753,10 @@ def test_http_client_sees_no_keepalive_surprises(server: CollectorServer) -> Non
     try:
         conn.request("POST", "/v1/batch", body=batch([event()]), headers={"Content-Type": "application/json"})
         response = conn.getresponse()
-        assert (response.status, response.read()) == (200, b'{"accepted": 1, "duplicates": 0, "rejected": 0, "refused": {}}')
+        assert (response.status, response.read()) == (
+            200,
+            b'{"accepted": 1, "duplicates": 0, "rejected": 0, "refused": {}}',
+        )
         assert response.getheader("Server") == "spool-reporter-collector"
     finally:
         conn.close()

@@ -193,7 +193,10 @@ def test_the_wsgi_app_runs_on_both(db_url: str) -> None:
         body = batch([event(), event(name="migrate", valid=False)])
         headers = {"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body))}
         status, out = _call(app, "POST", "/v1/batch", body, headers)
-        assert (status, out) == ("200 OK", b'{"accepted": 1, "duplicates": 0, "rejected": 1, "refused": {"command": 1}}')
+        assert (status, out) == (
+            "200 OK",
+            b'{"accepted": 1, "duplicates": 0, "rejected": 1, "refused": {"command": 1}}',
+        )
         assert app.store.refusals() == {"2027-W01": {"command": 1}}
     finally:
         app.store.close()
