@@ -176,19 +176,33 @@ def _spool_summary(app: App, env: Mapping[str, str]) -> dict[str, Any]:
     """Queued count, oldest event time and drop counters, read without writing anything. When the folder
     cannot be read, the counts are ``None`` (unknown) and ``problem`` says why."""
     path = _hook.state_dir(app, env)
-    summary: dict[str, Any] = {"spool": path, "queued": 0, "oldest": None, "dropped": 0, "dropped_by_reason": {}}
+    summary: dict[str, Any] = {
+        "spool": path,
+        "queued": 0,
+        "oldest": None,
+        "dropped": 0,
+        "dropped_by_reason": {},
+        "refused_by_destination": {},
+    }
     try:
         folder = _hook.Folder(path, create=False)
     except FileNotFoundError:
         return summary
     except OSError as exc:
-        summary.update(queued=None, dropped=None, dropped_by_reason=None, problem=folder_problem(path, exc))
+        summary.update(
+            queued=None,
+            dropped=None,
+            dropped_by_reason=None,
+            refused_by_destination=None,
+            problem=folder_problem(path, exc),
+        )
         return summary
     with folder:
         summary["queued"] = _spool.count_queued(folder)
         counters = _spool.read_counters(folder)
         summary["dropped_by_reason"] = counters
         summary["dropped"] = sum(counters.values())
+        summary["refused_by_destination"] = _spool.read_destination_refusals(folder)
         names = [name for name, _, _ in _spool.segments(folder)] + [_hook.ACTIVE_NAME]
         for name in names:
             try:
@@ -269,7 +283,7 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     _out(f"policy file:   {data['policy_file']}")
     _out(f"spool:         {spool['spool']}")
     if not known:
-        for label in ("queued", "dropped", "last flush", "next retry"):
+        for label in ("queued", "dropped", "refused", "last flush", "next retry"):
             _out(f"{label + ':':<15}unknown (the spool folder cannot be read)")
         print_error(ctx.prog, spool["problem"])
         return EXIT_FAILED
@@ -281,6 +295,8 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     _out(f"queued:        {_n(spool['queued'], 'event')}{oldest}")
     breakdown = ", ".join(f"{k} {v}" for k, v in sorted(spool["dropped_by_reason"].items()))
     _out(f"dropped:       {spool['dropped']}" + (f" ({breakdown})" if breakdown else ""))
+    by_destination = spool["refused_by_destination"]
+    _out(f"refused:       {_spool.refused_text(by_destination, 'event')} by the destination")
     last = "never" if state.last_flush is None else f"{data['last_flush']} ({state.last_result})"
     _out(f"last flush:    {last}")
     if decision.local:
@@ -452,8 +468,9 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
     remaining = result.remaining
     if result.outcome in ("disabled", "no-endpoint"):
         remaining = _spool_summary(app, env)["queued"] or 0  # what is still there, counted here
+    refused = f"refused {_spool.refused_text(result.refused)}, " if result.refused else ""
     _out(
-        f"{result.outcome}: sent {result.sent}, rejected {result.rejected}, failed {result.failed}, "
+        f"{result.outcome}: sent {result.sent}, {refused}rejected {result.rejected}, failed {result.failed}, "
         f"still queued {remaining}" + (f", deleted {result.purged}" if result.purged else "")
     )
     # "0 when nothing is left to send": delivered, nothing queued, or everything deleted because reporting is off.
@@ -461,7 +478,10 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
     if result.outcome == "delivered":
         message = f"Sent {_n(result.sent, 'event')}" + (f", rejected {result.rejected}" if result.rejected else "")
         dest = _settings.resolve(app, env).destination
-        message += f" to {dest.redacted_url()}." if dest is not None else "."
+        message += f" to {dest.redacted_url()}" if dest is not None else ""
+        if result.refused:
+            message += f"; the destination refused {_spool.refused_text(result.refused, 'event')}"
+        message += "."
     elif result.outcome == "disabled":
         user, policy, decision = _inputs(ctx)
         message = f"Reporting is off: {_consent.explain(decision.reason, environ=env, user=user, policy=policy)}"
