@@ -237,8 +237,8 @@ def _mode_text(decision: _hook.Decision) -> str:
 def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     """Show whether reporting is on and which rule decided it, the mode (opt-out, opt-in or
     local), the destination (secrets redacted), the version of the notice you have seen, where the
-    spool is, how many events are queued and how old the oldest is, how many were dropped, the last
-    flush and when the next retry may happen.
+    spool is, how many events are queued and how old the oldest is, how many were dropped, how many
+    the destination refused (by reason), the last flush and when the next retry may happen.
     """
     app, env = ctx.app, ctx.env
     user, policy, decision = _inputs(ctx)
