@@ -187,6 +187,7 @@ def _spool_summary(app: App, env: Mapping[str, str]) -> dict[str, Any]:
         "oldest": None,
         "dropped": 0,
         "dropped_by_reason": {},
+        "refused_by_destination": {},
         "kept_local": 0,
     }
     try:
@@ -195,7 +196,12 @@ def _spool_summary(app: App, env: Mapping[str, str]) -> dict[str, Any]:
         return summary
     except OSError as exc:
         summary.update(
-            queued=None, dropped=None, dropped_by_reason=None, kept_local=None, problem=folder_problem(path, exc)
+            queued=None,
+            dropped=None,
+            dropped_by_reason=None,
+            refused_by_destination=None,
+            kept_local=None,
+            problem=folder_problem(path, exc),
         )
         return summary
     summary["kept_local"] = count_local(app, env)
@@ -204,6 +210,7 @@ def _spool_summary(app: App, env: Mapping[str, str]) -> dict[str, Any]:
         counters = _spool.read_counters(folder)
         summary["dropped_by_reason"] = counters
         summary["dropped"] = sum(counters.values())
+        summary["refused_by_destination"] = _spool.read_destination_refusals(folder)
         names = [name for name, _, _ in _spool.segments(folder)] + [_hook.ACTIVE_NAME]
         for name in names:
             try:
@@ -238,8 +245,8 @@ def _mode_text(decision: _hook.Decision) -> str:
 def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     """Show whether reporting is on and which rule decided it, the mode (opt-out, opt-in or
     local), the destination (secrets redacted), the version of the notice you have seen, where the
-    spool is, how many events are queued and how old the oldest is, how many were dropped, the last
-    flush and when the next retry may happen.
+    spool is, how many events are queued and how old the oldest is, how many were dropped, how many
+    the destination refused (by reason), the last flush and when the next retry may happen.
     """
     app, env = ctx.app, ctx.env
     user, policy, decision = _inputs(ctx)
@@ -290,7 +297,7 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     _out(f"policy file:   {data['policy_file']}")
     _out(f"spool:         {spool['spool']}")
     if not known:
-        for label in ("queued", "dropped", "last flush", "next retry"):
+        for label in ("queued", "dropped", "refused", "last flush", "next retry"):
             _out(f"{label + ':':<15}unknown (the spool folder cannot be read)")
         print_error(ctx.prog, spool["problem"])
         return EXIT_FAILED
@@ -307,6 +314,8 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         )
     breakdown = ", ".join(f"{k} {v}" for k, v in sorted(spool["dropped_by_reason"].items()))
     _out(f"dropped:       {spool['dropped']}" + (f" ({breakdown})" if breakdown else ""))
+    by_destination = spool["refused_by_destination"]
+    _out(f"refused:       {_spool.refused_text(by_destination, 'event')} by the destination")
     last = "never" if state.last_flush is None else f"{data['last_flush']} ({state.last_result})"
     _out(f"last flush:    {last}")
     if decision.local:
@@ -498,8 +507,9 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
     remaining = result.remaining
     if result.outcome in ("disabled", "no-endpoint"):
         remaining = _spool_summary(app, env)["queued"] or 0  # what is still there, counted here
+    refused = f"refused {_spool.refused_text(result.refused)}, " if result.refused else ""
     _out(
-        f"{result.outcome}: sent {result.sent}, rejected {result.rejected}, failed {result.failed}, "
+        f"{result.outcome}: sent {result.sent}, {refused}rejected {result.rejected}, failed {result.failed}, "
         f"still queued {remaining}" + (f", deleted {result.purged}" if result.purged else "")
     )
     # "0 when nothing is left to send": delivered, nothing queued, or everything deleted because reporting is off.
@@ -507,7 +517,10 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
     if result.outcome == "delivered":
         message = f"Sent {_n(result.sent, 'event')}" + (f", rejected {result.rejected}" if result.rejected else "")
         dest = _settings.resolve(app, env).destination
-        message += f" to {dest.redacted_url()}." if dest is not None else "."
+        message += f" to {dest.redacted_url()}" if dest is not None else ""
+        if result.refused:
+            message += f"; the destination refused {_spool.refused_text(result.refused, 'event')}"
+        message += "."
     elif result.outcome == "disabled":
         user, policy, decision = _inputs(ctx)
         message = f"Reporting is off: {_consent.explain(decision.reason, environ=env, user=user, policy=policy)}"

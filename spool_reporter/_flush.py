@@ -14,6 +14,12 @@ delete a segment's events only after their batch got a 2xx (a partly sent segmen
 unsent lines, temporary file + rename, under the lock). 4xx other than 408/429 drop that batch (counted as
 ``rejected``); timeouts, connection errors, 3xx, 408, 429 and 5xx keep everything and back off
 (:mod:`._state` writes the outcome, the back-off and the log).
+
+**Counting.** A 2xx whose body is a JSON object with a ``refused`` mapping (the collector's answer,
+``{"refused": {"over_cap": 500}}``) or, from an older collector, only a ``rejected`` count, says that some
+events of the batch were refused for good: they leave the spool like the others but are counted as refused by
+the destination, by reason (:func:`destination_refusals`), not as sent. Any other 2xx (GA4's ``204``, UA's
+answer) means the whole batch was taken.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from . import _consent, _files, _hook, _settings, _spawn, _spool, _state
@@ -51,6 +57,12 @@ killed while it settles."""
 NO_ENDPOINT_RETRY: Final = 3600.0
 """A background flusher that finds the named endpoint unusable keeps the next one away this long."""
 
+MAX_REASON_CHARS: Final = 24
+"""A destination's refusal reason longer than this (the collector's longest is 14) is counted as ``other``."""
+
+MAX_REASONS: Final = 32
+"""Distinct reasons taken from one answer (the collector has 19); the rest are counted as ``other``."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class FlushResult:
@@ -72,12 +84,61 @@ class FlushResult:
     """Events still queued when the run ended."""
     purged: int = 0
     """Events deleted because reporting is off."""
+    refused: Mapping[str, int] = field(default_factory=dict)
+    """Events the destination answered 2xx to but refused for good, by its reason (``{"over_cap": 500}``):
+    they left the spool and are not counted in :attr:`sent`."""
     message: str = ""
     """One line for humans (no secrets)."""
 
 
 def _event_id(event: Event) -> str:
     return str(event["event_id"])
+
+
+def _reason(value: str) -> str:
+    """``value`` if it is a short ``[a-z_]`` word, else ``other`` (nothing else reaches a file or a screen)."""
+    if 0 < len(value) <= MAX_REASON_CHARS and all(c == "_" or "a" <= c <= "z" for c in value):
+        return value
+    return "other"
+
+
+def destination_refusals(body: bytes, size: int) -> dict[str, int]:
+    """The events of a batch of ``size`` that a 2xx answer ``body`` says were refused, by reason; ``{}`` for a
+    body that says nothing of the kind (all were taken).
+
+    Nothing of the answer is trusted: a reason that is not a short ``[a-z_]`` word is ``other``, a count that is
+    not an integer ``>= 0`` is ignored, and the total never exceeds ``size`` (the reasons in order take what is
+    left). From a collector that answers a ``rejected`` count only, that count is the reason ``rejected``.
+    """
+    try:
+        doc = json.loads(body) if body.lstrip()[:1] == b"{" else None
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    raw = doc.get("refused")
+    if isinstance(raw, dict):
+        items = list(raw.items())
+    elif "refused" not in doc and "rejected" in doc:
+        items = [("rejected", doc["rejected"])]
+    else:
+        return {}
+    counts: dict[str, int] = {}
+    for key, n in items:
+        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+            continue
+        reason = _reason(key)
+        if reason not in counts and len(counts) >= MAX_REASONS:
+            reason = "other"
+        counts[reason] = counts.get(reason, 0) + n
+    out: dict[str, int] = {}
+    left = max(0, size)
+    for reason in sorted(counts):
+        take = min(counts[reason], left)
+        if take:
+            out[reason] = take
+            left -= take
+    return out
 
 
 class _Run:
@@ -105,6 +166,8 @@ class _Run:
         self.sent = 0
         self.rejected = 0
         self.failed = 0
+        self.refused: dict[str, int] = {}
+        """Events the destination refused inside a 2xx this run, by reason."""
         self.sent_ids: set[str] = set()
 
     @property
@@ -135,10 +198,21 @@ class _Run:
             )
             return _spool.segments(self.folder)
 
-    def settle(self, name: str, events: Sequence[Event], done: set[str], bad: int, rejected: int) -> None:
-        """Under the lock: drop the done events (and bad lines) from segment ``name``, count what was lost."""
+    def settle(
+        self,
+        name: str,
+        events: Sequence[Event],
+        done: set[str],
+        bad: int,
+        rejected: int,
+        *,
+        refused: Mapping[str, int] | None = None,
+    ) -> None:
+        """Under the lock: drop the done events (and bad lines) from segment ``name``, count what was lost and
+        what the destination ``refused`` (by reason)."""
         keep = [e for e in events if _event_id(e) not in done]
         with self.spool_lock:
+            _spool.add_destination_refusals(self.folder, refused or {})
             try:
                 self.folder.lstat(name)
             except FileNotFoundError:
@@ -191,13 +265,25 @@ class _Run:
             log(self.folder, f"{iso_time(now())} pid={os.getpid()} rejected {_event_id(event)}: {reason}")
         failure: Answer | None = None
         handled = len(done)
+        refused: dict[str, int] = {}  # by the destination, in this segment
         for batch in prepared.batches:
             answer = self.sender.send(batch.request)
             ids = {_event_id(e) for e in batch.events}
             if answer.kind == "ok":
-                self.sent += len(ids - self.sent_ids)
+                fresh = len(ids - self.sent_ids)
+                turned = destination_refusals(answer.body, fresh)
+                self.sent += fresh - sum(turned.values())
                 self.sent_ids |= ids
                 done |= ids
+                for reason, n in turned.items():
+                    refused[reason] = refused.get(reason, 0) + n
+                    self.refused[reason] = self.refused.get(reason, 0) + n
+                if turned:
+                    log(
+                        self.folder,
+                        f"{iso_time(now())} pid={os.getpid()} batch of {len(ids)}: the destination refused "
+                        + _spool.refused_text(turned),
+                    )
             elif answer.kind == "drop":
                 done |= ids
                 rejected += len(ids)
@@ -215,7 +301,7 @@ class _Run:
             handled += len(ids)
             if self.progress is not None:
                 self.progress(done_before + handled, total)
-        self.settle(name, events, done, bad, rejected)
+        self.settle(name, events, done, bad, rejected, refused=refused)
         return failure, handled
 
     def send_all(self, segments: list[tuple[str, int, int]]) -> Answer | None:
@@ -396,13 +482,21 @@ def _run_locked(job: _Run, *, ignore_backoff: bool) -> FlushResult:
         job.sender.close()
     remaining = _spool.count_queued(folder)
     pid = os.getpid()
+    refused = dict(sorted(job.refused.items()))
+    turned = f"the destination refused {_spool.refused_text(refused, 'event')}" if refused else ""
     if failure is not None:
         error = job.secretless(failure.describe())
         retry = _state.record_outcome(
-            folder, outcome="failed", error=error, retry_after=failure.retry_after, tune=tune, sent=job.sent
+            folder,
+            outcome="failed",
+            error=error,
+            retry_after=failure.retry_after,
+            tune=tune,
+            sent=job.sent,
+            refused=refused,
         )
         when = f"; next try after {iso_time(retry)}" if retry is not None else ""
-        message = f"sent {job.sent}, kept {remaining}: {error}{when}"
+        message = f"sent {job.sent}" + (f" ({turned})" if turned else "") + f", kept {remaining}: {error}{when}"
         log(folder, f"{iso_time(now())} pid={pid} failed: {message}")
         return FlushResult(
             outcome="failed",
@@ -410,11 +504,23 @@ def _run_locked(job: _Run, *, ignore_backoff: bool) -> FlushResult:
             rejected=job.rejected,
             failed=job.failed,
             remaining=remaining,
+            refused=refused,
             message=message,
         )
-    _state.record_outcome(folder, outcome="delivered", error=None, retry_after=None, tune=tune, sent=job.sent)
-    message = f"sent {job.sent} events to {job.destination.redacted_url()}" + (
-        f", {job.rejected} rejected" if job.rejected else ""
+    _state.record_outcome(
+        folder, outcome="delivered", error=None, retry_after=None, tune=tune, sent=job.sent, refused=refused
+    )
+    message = (
+        f"sent {job.sent} events to {job.destination.redacted_url()}"
+        + (f", {job.rejected} rejected" if job.rejected else "")
+        + (f"; {turned}" if turned else "")
     )
     log(folder, f"{iso_time(now())} pid={pid} delivered: {message}")
-    return FlushResult(outcome="delivered", sent=job.sent, rejected=job.rejected, remaining=remaining, message=message)
+    return FlushResult(
+        outcome="delivered",
+        sent=job.sent,
+        rejected=job.rejected,
+        remaining=remaining,
+        refused=refused,
+        message=message,
+    )

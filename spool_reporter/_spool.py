@@ -7,7 +7,8 @@ Layout of ``<user state dir>/spool_reporter/<app>/`` (folder ``0700``, files ``0
     spool.jsonl                the active file: the hook appends one line per event
     seg-<ns>-<pid>-<n>.jsonl   sealed segments of <n> lines, oldest first by name; only the flusher
                                reads them, and deletes one only after the destination answered 2xx
-    counters                   ``cap=`` / ``corrupt=`` / ``rejected=`` drop counts (``key=value``)
+    counters                   ``cap=`` / ``corrupt=`` / ``rejected=`` drop counts, and the destination's
+                               refusals by reason (``destination_<reason>=``) (``key=value``)
 
 **The lock protocol.** Every writer of the folder holds an exclusive ``flock`` on ``spool.lock`` while it
 appends, seals (renames ``spool.jsonl`` to a segment), deletes segments or updates ``counters``. Every process
@@ -72,16 +73,26 @@ STALE_ASIDE_SECONDS = 60.0
 """An aside file is written and renamed within microseconds: one this old (or whose writer is gone) was left by
 a process killed in between, and :func:`tidy` publishes or removes it."""
 
+DESTINATION_PREFIX = "destination_"
+"""``counters`` keys of events the destination refused inside a 2xx, by its reason (``destination_too_old``):
+no drop counter's key starts so, and neither does ``refused`` (events turned away beside a busy lock)."""
+
+MAX_DESTINATION_REASONS = 32
+"""Distinct reasons kept in ``counters`` (the collector has 19); a further one is counted as ``other``, so a
+hostile destination cannot grow the file past what :func:`read_counters` reads."""
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    pass
+    from collections.abc import Mapping
 
 __all__ = [
     "add_counter",
+    "add_destination_refusals",
     "append_aside",
     "ASIDE_PREFIX",
     "ASIDE_SUFFIX",
     "count_queued",
+    "DESTINATION_PREFIX",
     "enforce_caps",
     "in_flight",
     "iter_lines",
@@ -91,6 +102,8 @@ __all__ = [
     "purge_folder",
     "read_bytes",
     "read_counters",
+    "read_destination_refusals",
+    "refused_text",
     "recut",
     "REFUSED_NAME",
     "SCAN_LIMIT",
@@ -237,6 +250,24 @@ def add_counter(folder: Folder, key: str, amount: int) -> None:
     _files.replace_file(folder, COUNTERS_NAME, "".join(f"{k}={v}\n" for k, v in sorted(counts.items())).encode("ascii"))
 
 
+def add_destination_refusals(folder: Folder, refused: Mapping[str, int]) -> None:
+    """Add the events the destination refused (reason -> events, reasons already checked to be short
+    ``[a-z_]`` words) to ``counters`` under ``destination_<reason>``, in one write. Caller holds the lock."""
+    if not any(n > 0 for n in refused.values()):
+        return
+    counts = _counters_file(folder)
+    kinds = sum(1 for k in counts if k.startswith(DESTINATION_PREFIX))
+    for reason, n in sorted(refused.items()):
+        if n <= 0:
+            continue
+        key = DESTINATION_PREFIX + reason
+        if key not in counts and kinds >= MAX_DESTINATION_REASONS:
+            key = DESTINATION_PREFIX + "other"
+        kinds += key not in counts
+        counts[key] = counts.get(key, 0) + n
+    _files.replace_file(folder, COUNTERS_NAME, "".join(f"{k}={v}\n" for k, v in sorted(counts.items())).encode("ascii"))
+
+
 def _counters_file(folder: Folder) -> dict[str, int]:
     try:
         data = read_bytes(folder, COUNTERS_NAME, 4096)
@@ -246,9 +277,24 @@ def _counters_file(folder: Folder) -> dict[str, int]:
     return {k: int(v) for k, v in values.items() if v.isascii() and v.isdigit()}
 
 
+def read_destination_refusals(folder: Folder) -> dict[str, int]:
+    """Events the destination refused inside a 2xx, by its reason (running totals); damage reads as empty."""
+    n = len(DESTINATION_PREFIX)
+    return {k[n:]: v for k, v in _counters_file(folder).items() if k.startswith(DESTINATION_PREFIX) and k[n:]}
+
+
+def refused_text(refused: Mapping[str, int], noun: str = "") -> str:
+    """``"500 (over_cap 500)"``; with ``noun="event"``: ``"1 event (too_old 1)"``, ``"2 events (...)"``."""
+    total = sum(refused.values())
+    head = str(total) if not noun else f"{total} {noun}{'' if total == 1 else 's'}"
+    parts = ", ".join(f"{reason} {n}" for reason, n in sorted(refused.items()) if n)
+    return f"{head} ({parts})" if parts else head
+
+
 def read_counters(folder: Folder) -> dict[str, int]:
-    """The drop counters, with ``refused`` (events turned away beside a busy lock); damage reads as empty."""
-    counts = _counters_file(folder)
+    """The drop counters, with ``refused`` (events turned away beside a busy lock); damage reads as empty.
+    The destination's refusals are not drops: :func:`read_destination_refusals` reads them."""
+    counts = {k: v for k, v in _counters_file(folder).items() if not k.startswith(DESTINATION_PREFIX)}
     try:
         st = folder.lstat(REFUSED_NAME)
     except OSError:

@@ -2,7 +2,8 @@
 
 Files in the spool folder (``0600``, opened through the folder's descriptor, nothing planted followed):
 
-* ``state.json`` -- the last run: when, its outcome and error, events sent, consecutive failures, next retry;
+* ``state.json`` -- the last run: when, its outcome and error, events sent, events the destination refused by
+  reason (``last_refused``), consecutive failures, next retry;
 * ``flush.notbefore`` -- its mtime is the back-off, the earliest time a background flusher may start again
   (the hook's spawn gate reads it with one ``stat``);
 * ``flush.log`` and ``flush.log.1`` -- one line per run and per dropped batch, rotated at
@@ -38,7 +39,8 @@ LOG_NAME: Final = "flush.log"
 LOG_OLD_NAME: Final = "flush.log.1"
 
 MAX_STATE_BYTES: Final = 4096
-"""``state.json`` is read up to this size (ours is under 300 bytes): anything longer is damage, parsed as empty."""
+"""``state.json`` is read up to this size (ours is under 2 KiB, with at most 32 reasons in ``last_refused``):
+anything longer is damage, parsed as empty."""
 
 LOG_FILE_BYTES: Final = 32 * 1024
 """``flush.log`` is rotated to ``flush.log.1`` at this size: both together stay under 64 KiB."""
@@ -133,8 +135,10 @@ def record_outcome(
     retry_after: float | None,
     tune: _settings.Tuning,
     sent: int,
+    refused: Mapping[str, int] | None = None,
 ) -> float | None:
-    """Write ``state.json`` and the back-off gate after a run; returns the next retry time on failure."""
+    """Write ``state.json`` and the back-off gate after a run; returns the next retry time on failure.
+    ``refused``: the events the destination refused inside a 2xx, by reason (``last_refused``)."""
     failures = _failures(load_state(folder))
     when = now()
     next_retry: float | None = None
@@ -148,6 +152,7 @@ def record_outcome(
         "last_result": outcome,
         "last_error": error,
         "last_sent": sent,
+        "last_refused": dict(refused or {}),
         "consecutive_failures": failures,
         "next_retry": next_retry,
     }

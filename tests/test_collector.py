@@ -506,12 +506,12 @@ def test_server_accepts_and_deduplicates(server: CollectorServer, db: Path) -> N
     assert server.url == f"http://127.0.0.1:{server.port}/v1/batch"
     events = [event(client=i % 7) for i in range(MAX_EVENTS)]
     body = batch(events)
-    assert post(server.url, body) == (200, b'{"accepted": 500, "duplicates": 0, "rejected": 0}')
-    assert post(server.url, body) == (200, b'{"accepted": 0, "duplicates": 500, "rejected": 0}')
+    assert post(server.url, body) == (200, b'{"accepted": 500, "duplicates": 0, "rejected": 0, "refused": {}}')
+    assert post(server.url, body) == (200, b'{"accepted": 0, "duplicates": 500, "rejected": 0, "refused": {}}')
     half = batch(events[:250] + [event(client="new") for _ in range(3)])
     status, answer = post(server.url, half)
-    assert (status, json.loads(answer)) == (200, {"accepted": 3, "duplicates": 250, "rejected": 0})
-    assert post(server.url, batch([])) == (200, b'{"accepted": 0, "duplicates": 0, "rejected": 0}')
+    assert (status, json.loads(answer)) == (200, {"accepted": 3, "duplicates": 250, "rejected": 0, "refused": {}})
+    assert post(server.url, batch([])) == (200, b'{"accepted": 0, "duplicates": 0, "rejected": 0, "refused": {}}')
     assert server.app.counters.as_dict() == {
         "requests": 4, "accepted": 503, "duplicates": 750, "rejected": 0, "refused": 0, "forward_dropped": 0,
         "forgotten": 0,
@@ -523,7 +523,10 @@ def test_server_refuses_invalid_input(server: CollectorServer) -> None:
     url = server.url
     assert post(url, b"{nope")[0] == 400
     status, answer = post(url, batch([{**event(), "ip": "1.2.3.4"}, event()]))
-    assert (status, json.loads(answer)) == (200, {"accepted": 1, "duplicates": 0, "rejected": 1})
+    assert (status, json.loads(answer)) == (
+        200,
+        {"accepted": 1, "duplicates": 0, "rejected": 1, "refused": {"shape": 1}},
+    )
     assert post(url, batch([event()] * (MAX_EVENTS + 1)))[0] == 400
     assert post(url, b'{"schema": 1, "events": []}', {"Content-Type": "text/plain"})[0] == 415
     assert post(url, b'{"schema": 1, "events": []}', {"Content-Encoding": "gzip"})[0] == 415
@@ -695,7 +698,7 @@ def test_forward_to_ga4(db: Path, fake_ga4: _FakeGA4) -> None:
         assert post(srv.url, batch(recent + stale + reserved), probe_headers())[0] == 200
         assert post(srv.url, batch(recent), probe_headers()) == (
             200,
-            b'{"accepted": 0, "duplicates": 60, "rejected": 0}',
+            b'{"accepted": 0, "duplicates": 60, "rejected": 0, "refused": {}}',
         )
         wait_for(lambda: forward.stats()["sent"] + forward.stats()["failed"] >= 60)
     assert forward.stats() == {"sent": 60, "failed": 0, "stale": 2, "dropped": 0, "requests": 4}
@@ -750,7 +753,10 @@ def test_http_client_sees_no_keepalive_surprises(server: CollectorServer) -> Non
     try:
         conn.request("POST", "/v1/batch", body=batch([event()]), headers={"Content-Type": "application/json"})
         response = conn.getresponse()
-        assert (response.status, response.read()) == (200, b'{"accepted": 1, "duplicates": 0, "rejected": 0}')
+        assert (response.status, response.read()) == (
+            200,
+            b'{"accepted": 1, "duplicates": 0, "rejected": 0, "refused": {}}',
+        )
         assert response.getheader("Server") == "spool-reporter-collector"
     finally:
         conn.close()

@@ -67,7 +67,7 @@ def test_forget_deletes_every_event_of_one_client(app: Collector) -> None:
     # back (the client starts over with a new id). Counted where the operator looks, as `forgotten`.
     again = batch([event(client="alice", when="2026-12-15T11:00:00Z") for _ in range(2)])
     assert _call(app, "POST", "/v1/batch", again, {**JSON, "CONTENT_LENGTH": str(len(again))})[1] == (
-        b'{"accepted": 0, "duplicates": 0, "rejected": 2}'
+        b'{"accepted": 0, "duplicates": 0, "rejected": 2, "refused": {"forgotten": 2}}'
     )
     assert app.store.count() == (8, 1)
     assert {reason: n for week in app.store.refusals().values() for reason, n in week.items()} == {"forgotten": 2}

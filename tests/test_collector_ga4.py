@@ -431,7 +431,7 @@ def test_server_stores_ga4_payloads_once(server: CollectorServer) -> None:
     assert server.app.store.count() == (90, 4)
     # The /v1/batch answer is unchanged by the second path.
     status, _, data = post(server.url, json.dumps({"schema": 1, "events": events[:3]}).encode())
-    assert (status, data) == (200, b'{"accepted": 3, "duplicates": 0, "rejected": 0}')
+    assert (status, data) == (200, b'{"accepted": 3, "duplicates": 0, "rejected": 0, "refused": {}}')
 
 
 def test_server_never_stores_logs_or_echoes_the_query_or_the_address(

@@ -91,10 +91,13 @@ def test_gunicorn_on_sqlite(tmp_path: Path, sandbox: object) -> None:
     with running(str(db), sandbox.env, tmp_path) as (server,):  # type: ignore[attr-defined]
         assert post(server.url, batch(events), probe_headers()) == (
             200,
-            b'{"accepted": 300, "duplicates": 0, "rejected": 0}',
+            b'{"accepted": 300, "duplicates": 0, "rejected": 0, "refused": {}}',
         )
         status, body = post(server.url, batch([*events[:10], event(name="migrate", valid=False)]))
-        assert (status, json.loads(body)) == (200, {"accepted": 0, "duplicates": 10, "rejected": 1})
+        assert (status, json.loads(body)) == (
+            200,
+            {"accepted": 0, "duplicates": 10, "rejected": 1, "refused": {"command": 1}},
+        )
         # gunicorn delimits a chunked body itself (wsgi.input_terminated): accepted without a length.
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
         extra = batch([event(client="chunked", when=recent(), valid=False)])

@@ -92,9 +92,9 @@ def served(tmp_path: Path, sandbox: object) -> Iterator[Served]:
 def test_subprocess_server_end_to_end_and_private(served: Served, tmp_path: Path) -> None:
     db = tmp_path / "c.sqlite3"
     events = [event(client=i % 4, when=recent(), valid=False) for i in range(500)]  # judged by the server's clock
-    answer = b'{"accepted": 500, "duplicates": 0, "rejected": 0}'
+    answer = b'{"accepted": 500, "duplicates": 0, "rejected": 0, "refused": {}}'
     assert post(served.url, batch(events), probe_headers()) == (200, answer)
-    answer = b'{"accepted": 0, "duplicates": 500, "rejected": 0}'
+    answer = b'{"accepted": 0, "duplicates": 500, "rejected": 0, "refused": {}}'
     assert post(served.url, batch(events), probe_headers()) == (200, answer)
     assert post(served.url, b"garbage", probe_headers())[0] == 400
     assert post(served.url, b"x" * (MAX_BODY_BYTES + 1), probe_headers())[0] == 413

@@ -54,8 +54,8 @@ def test_deduplicates_and_reports_new_rows(db_url: str, opened: list[Store]) -> 
     rows = rows_of(batch([event(client=i) for i in range(5)]))
     assert store.insert(rows).added == 5
     again = rows_of(batch([event(client="x")]))
-    added, new, limited = store.insert([*rows[:2], *again, *again], want_new=True)
-    assert (added, limited) == (1, 0)
+    added, new, refused = store.insert([*rows[:2], *again, *again], want_new=True)
+    assert (added, refused) == (1, {})
     assert [r[0] for r in new] == [again[0][0]]
     assert store.count() == (6, 6)
     store.close()
@@ -80,12 +80,12 @@ def test_cap_per_client_per_week_is_counted(db_url: str, opened: list[Store]) ->
     week50 = [event(client="busy", when="2026-12-08T10:00:00Z")]
     other = [event(client="calm")]
     rows = rows_of(batch(week49[:2] + other))
-    assert store.insert(rows, now=CLOCK) == (3, [], 0)
+    assert store.insert(rows, now=CLOCK) == (3, [], {})
     # Two more for "busy" in W49: one fits, one is over the cap; a re-sent one is a duplicate, not over it.
     rows = rows_of(batch([week49[0], *week49[2:4], *week50]))
-    assert store.insert(rows, now=CLOCK)[::2] == (2, 1)
+    assert store.insert(rows, now=CLOCK)[::2] == (2, {OVER_CAP: 1})
     rows = rows_of(batch(week49[4:]))
-    assert store.insert(rows, now=CLOCK)[::2] == (0, 1)
+    assert store.insert(rows, now=CLOCK)[::2] == (0, {OVER_CAP: 1})
     assert store.count() == (5, 2)
     assert store.refusals() == {"2027-W01": {OVER_CAP: 2}}  # counted in the week they were refused
     weeks = {w.week: w.events for w in stats(store).weeks}
@@ -159,7 +159,7 @@ def test_migrates_schema_1(db_url: str, opened: list[Store]) -> None:
     assert store.schema_version() == SCHEMA_VERSION
     # The cap counts the history that was there before the migration: one more fits, the next does not.
     more = rows_of(batch([event(client="old", when="2026-12-04T10:00:00Z") for _ in range(2)]))
-    assert store.insert(more)[::2] == (1, 1)
+    assert store.insert(more)[::2] == (1, {OVER_CAP: 1})
 
 
 def test_refuses_a_newer_schema(db_url: str, opened: list[Store]) -> None:
@@ -193,7 +193,10 @@ def test_the_wsgi_app_runs_on_both(db_url: str) -> None:
         body = batch([event(), event(name="migrate", valid=False)])
         headers = {"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body))}
         status, out = _call(app, "POST", "/v1/batch", body, headers)
-        assert (status, out) == ("200 OK", b'{"accepted": 1, "duplicates": 0, "rejected": 1}')
+        assert (status, out) == (
+            "200 OK",
+            b'{"accepted": 1, "duplicates": 0, "rejected": 1, "refused": {"command": 1}}',
+        )
         assert app.store.refusals() == {"2027-W01": {"command": 1}}
     finally:
         app.store.close()

@@ -148,7 +148,12 @@ def _set(collector: Public, day: datetime.date, hour: float) -> None:
 
 
 def test_nothing_is_served_before_a_release(served: Public) -> None:
-    assert served.post_events(developers(WEEK, 0, 30)) == {"accepted": 60, "duplicates": 0, "rejected": 0}
+    assert served.post_events(developers(WEEK, 0, 30)) == {
+        "accepted": 60,
+        "duplicates": 0,
+        "rejected": 0,
+        "refused": {},
+    }
     done = served.app.rollup()  # Wednesday of the week: nothing has ended, nothing is due
     assert (done.ran, done.released, done.release_error) == (True, (), "")
     answers = served.served()

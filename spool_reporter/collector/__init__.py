@@ -26,8 +26,9 @@ starts one on a free loopback port and reads the numbers at the end::
 The wire format: ``POST /v1/batch`` with ``Content-Type: application/json`` and the body
 ``{"schema": 1, "events": [...]}`` (at most :data:`MAX_EVENTS` events, :data:`MAX_BODY_BYTES` bytes). Each
 event is judged on its own; a well-formed batch is answered ``200 {"accepted": n, "duplicates": m,
-"rejected": r}`` once it is durable. ``400`` with a short reason for a body that is not a batch; ``413``
-for a body over the cap; ``411`` without a length; ``415`` for another content type or a content encoding;
+"rejected": r, "refused": {reason: k}}`` once it is durable (``refused``: the ``r`` refused events by reason).
+``400`` with a short reason for a body that is not a batch; ``413`` for a body over the cap; ``411`` without
+a length; ``415`` for another content type or a content encoding;
 ``503`` with ``Retry-After`` when the database is busy or unreachable. ``GET /v1/health`` answers
 ``{"ok": true}``. ``GET /`` is the public page and ``GET /v1/stats`` its JSON (``public(db)``), with
 ``GET /v1/releases.json`` and ``GET /v1/releases.csv`` as downloads: every public number is a stored

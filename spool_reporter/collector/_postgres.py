@@ -490,16 +490,12 @@ class PostgresStore(Store):
                     cur.execute(_ADD_CLIENT_WEEKS, (*columns, ",".join(str(n) for _, n in items)))
                     spans = _store.client_apps(kept)  # in key order: two batches lock shared rows in one order
                     cur.execute(_ADD_CLIENT_APPS, tuple(",".join(span[i] for span in spans) for i in range(4)))
-            if limited:
-                refused[OVER_CAP] = refused.get(OVER_CAP, 0) + limited
-            if late:
-                refused[LATE] = refused.get(LATE, 0) + late
-            if gone:
-                refused[FORGOTTEN] = refused.get(FORGOTTEN, 0) + gone
-            if refused:
+            mine = {reason: n for reason, n in ((FORGOTTEN, gone), (LATE, late), (OVER_CAP, limited)) if n}
+            counted = _store.merge_counts(refused, mine)
+            if counted:
                 week = _store.this_week(time.time() if now is None else now)
-                cur.executemany(_ADD_REFUSAL, [(week, reason, n) for reason, n in sorted(refused.items()) if n])
-        return Inserted(added, kept if want_new else [], limited + late + gone)
+                cur.executemany(_ADD_REFUSAL, sorted((week, reason, n) for reason, n in counted.items()))
+        return Inserted(added, kept if want_new else [], mine)
 
     def _forget_key(self, cur: psycopg.Cursor[Any]) -> str:
         if not self._key:

@@ -520,8 +520,6 @@ class SQLiteStore(Store):
         rows, refused = job.rows, job.refused
         digests = _store.client_digests(rows, self._forget_key(conn))
         rows, gone = _store.without_clients(rows, {digests[d] for d in _forgotten(conn, sorted(digests))})
-        if gone:
-            refused[FORGOTTEN] = refused.get(FORGOTTEN, 0) + gone
         ids = list({row[0] for row in rows})
         known: set[str] = set()
         for start in range(0, len(ids), _CHUNK):
@@ -532,8 +530,6 @@ class SQLiteStore(Store):
         # The write transaction excludes close_weeks(): the closed weeks read here stay closed until COMMIT.
         (closed,) = conn.execute("SELECT closed_through FROM rollup_state").fetchone()
         new, groups, late = _store.drop_closed(new, groups, closed)
-        if late:
-            refused[LATE] = refused.get(LATE, 0) + late
         used: dict[tuple[str, str], int] = {}
         if cap > 0 and groups:
             clients = list({client for client, _ in groups})
@@ -550,12 +546,12 @@ class SQLiteStore(Store):
         conn.executemany(_INSERT, kept)
         conn.executemany(_ADD_CLIENT_WEEK, [(client, week, n) for (client, week), n in taken.items()])
         conn.executemany(_ADD_CLIENT_APP, _store.client_apps(kept))
-        if limited:
-            refused[OVER_CAP] = refused.get(OVER_CAP, 0) + limited
-        if refused:
+        mine = {reason: n for reason, n in ((FORGOTTEN, gone), (LATE, late), (OVER_CAP, limited)) if n}
+        counted = _store.merge_counts(refused, mine)
+        if counted:
             week = _store.this_week(time.time() if job.now is None else job.now)
-            conn.executemany(_ADD_REFUSAL, [(week, reason, n) for reason, n in sorted(refused.items()) if n])
-        return Inserted(len(kept), kept if job.want_new else [], limited + late + gone)
+            conn.executemany(_ADD_REFUSAL, sorted((week, reason, n) for reason, n in counted.items()))
+        return Inserted(len(kept), kept if job.want_new else [], mine)
 
     def _forget_key(self, conn: sqlite3.Connection) -> str:
         if not self._key:

@@ -158,9 +158,15 @@ class Inserted(NamedTuple):
     """Rows stored for the first time."""
     new: list[Row]
     """Those rows (only when asked for with ``want_new``)."""
-    limited: int = 0
-    """Rows refused by the store: over :attr:`Limits.per_client_week`, of a closed week, or of a forgotten
-    client id (each counted in ``refusals`` under its reason)."""
+    refused: Mapping[str, int] = {}  # never mutated: each insert builds its own
+    """Rows refused by the store, by reason: :data:`OVER_CAP` (over :attr:`Limits.per_client_week`),
+    :data:`LATE` (of a closed week) and :data:`FORGOTTEN` (of a forgotten client id), each also counted in
+    ``refusals``; a reason with no row is absent."""
+
+    @property
+    def limited(self) -> int:
+        """Rows refused by the store, whatever the reason."""
+        return sum(self.refused.values())
 
 
 DEFAULT_MAX_AGE_DAYS: Final = MAX_AGE_SECONDS // 86400
@@ -295,7 +301,7 @@ class Store:
         (default: the clock) in the same transaction: no client id, no text of theirs.
         """
         if not rows and not refused:
-            return Inserted(0, [], 0)
+            return Inserted(0, [], {})
         return self._insert_batch(rows, want_new, dict(refused or {}), now)
 
     def _insert_batch(
@@ -464,6 +470,15 @@ def forget_digest(key: str, client_id: str) -> str:
 def client_digests(rows: Sequence[Row], key: str) -> dict[str, str]:
     """The keyed hash (:func:`forget_digest`) of each client id of ``rows`` -> that id."""
     return {forget_digest(key, client): client for client in {row[9] for row in rows}}
+
+
+def merge_counts(*counts: Mapping[str, int]) -> dict[str, int]:
+    """Reason -> events, summed over ``counts``, without the reasons that count nothing (sorted by reason)."""
+    out: dict[str, int] = {}
+    for one in counts:
+        for reason, n in one.items():
+            out[reason] = out.get(reason, 0) + n
+    return {reason: out[reason] for reason in sorted(out) if out[reason]}
 
 
 def without_clients(rows: Sequence[Row], clients: set[str]) -> tuple[Sequence[Row], int]:

@@ -1,8 +1,13 @@
-"""The WSGI application: ``POST /v1/batch`` in, ``{"accepted": n, "duplicates": m, "rejected": r}`` out.
+"""The WSGI application: ``POST /v1/batch`` in, ``{"accepted": n, "duplicates": m, "rejected": r, "refused":
+{reason: k}}`` out.
 
 Each event of a well-formed batch is judged on its own (:mod:`._wire`, :class:`~._wire.Policy`): the answer is
-``200`` with how many were stored, already known, and refused (invalid, or over the per-client weekly cap),
-so one bad event never costs its neighbours. The ``200`` is sent once the batch is durable.
+``200`` with how many were stored, already known, and refused, so one bad event never costs its neighbours.
+``rejected`` is the total refused and ``refused`` the same events by reason (only the reasons that count some):
+the validator's words (:data:`spool_reporter._event.REASONS`: ``too_old`` and ``future`` outside the time window,
+``shape`` or a field's name for an invalid event), and the store's ``over_cap`` (beyond the per-client weekly
+cap), ``too_old`` (a week already closed) and ``forgotten`` (a forgotten client id). The flusher counts those
+events as refused by reason, not as sent. The ``200`` is sent once the batch is durable.
 
 It also accepts what the ``ga4`` transport sends, at ``POST /mp/collect``, so that a client configured for
 GA4 can point its endpoint at this collector instead of Google: the body is parsed by
@@ -42,7 +47,7 @@ import threading
 import time
 
 from . import _public, _release, _rollup
-from ._store import FORGET, CollectorError, Retention, Row, Store, Unavailable, forget_until
+from ._store import FORGET, CollectorError, Inserted, Retention, Row, Store, Unavailable, forget_until, merge_counts
 from ._wire import (
     FORGET_MAX_BODY_BYTES,
     GA4_MAX_BODY_BYTES,
@@ -332,11 +337,13 @@ class Collector:
     def _batch(self, environ: Environ) -> tuple[int, bytes, str, list[tuple[str, str]]]:
         _check_json_request(environ)
         parsed = parse_batch(_read_body(environ), self.policy)
-        added, limited = self._store(parsed)
+        inserted = self._store(parsed)
+        refused = merge_counts(parsed.refused, inserted.refused)
         answer = {
-            "accepted": added,
-            "duplicates": len(parsed.rows) - added - limited,
-            "rejected": parsed.rejected + limited,
+            "accepted": inserted.added,
+            "duplicates": len(parsed.rows) - inserted.added - inserted.limited,
+            "rejected": sum(refused.values()),
+            "refused": refused,
         }
         return 200, json.dumps(answer).encode("ascii"), "application/json", []
 
@@ -407,14 +414,13 @@ class Collector:
             return not thread.is_alive()
         return True
 
-    def _store(self, parsed: Parsed) -> tuple[int, int]:
+    def _store(self, parsed: Parsed) -> Inserted:
         """Store the rows and count the refusals (one transaction), hand the new rows to the forwarder;
-        return (rows new, rows over the cap)."""
+        return what the store did (rows new, rows it refused by reason)."""
         forward = self.forward
         rows: list[Row] = parsed.rows
-        added, new, limited = self.store.insert(
-            rows, want_new=forward is not None, refused=parsed.refused, now=parsed.now
-        )
+        inserted = self.store.insert(rows, want_new=forward is not None, refused=parsed.refused, now=parsed.now)
+        added, new, limited = inserted.added, inserted.new, inserted.limited
         dropped = 0
         if forward is not None and new and not forward.submit(list(new)):
             dropped = len(new)
@@ -425,4 +431,4 @@ class Collector:
             forward_dropped=dropped,
         )
         self._maybe_rollup()
-        return added, limited
+        return inserted

@@ -7,14 +7,17 @@ requests that respect its destination's documented limits. It does no I/O: the f
 =========  ==================================================  ===========================================
 name       wire format                                         limits enforced locally
 =========  ==================================================  ===========================================
-``json``   ``{"schema": 1, "events": [...]}`` to a collector   500 events, 512 KiB per request
+``json``   ``{"schema": 1, "events": [...]}`` to a collector   500 events, 512 KiB per request; any age
 ``ga4``    GA4 Measurement Protocol JSON                       25 events, 25 params, names, values, 130 kB
 ``ua``     Measurement Protocol v1 ``/batch`` (DEP 8)          20 hits, 16 KB per request, 8 KB per hit
 =========  ==================================================  ===========================================
 
 Every event handed to :meth:`~Transport.prepare` comes back exactly once: in one :class:`Batch`, or in
-:attr:`Prepared.rejected` with a reason (an event the destination would refuse or misrecord). The flusher
-deletes a batch's events after a 2xx, and counts rejected events as ``rejected`` without sending them.
+:attr:`Prepared.rejected` with a reason (an event the destination would refuse or misrecord for certain: GA4's
+72-hour limit, a request size no batch can hold). The flusher deletes a batch's events after a 2xx, and counts
+rejected events as ``rejected`` without sending them. A rule the destination applies with its own settings
+(the collector's ``--max-age-days``) is left to it: ``json`` sends events of any age, and the collector's
+answer says which it refused and why. ``ua`` has no age limit to keep: it sends no event time.
 """
 
 from __future__ import annotations

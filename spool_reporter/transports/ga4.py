@@ -17,8 +17,9 @@ param names at most 40 characters, ``[A-Za-z][A-Za-z0-9_]*``, no reserved prefix
 **Old events.** GA4 accepts ``timestamp_micros`` at most 72 hours in the past. An event older than that
 cannot be recorded at its real time: sending it without a timestamp would date it today (misdated), so it
 is rejected and counted as ``rejected`` instead. A laptop offline for more than three days therefore loses
-those events for GA4 (the self-hosted ``json`` collector keeps them). Each event carries its own
-``timestamp_micros`` (the event-level override); a time in the future (a skewed clock) is sent as "now".
+those events for GA4 (the self-hosted ``json`` collector takes them, up to its ``--max-age-days``). Each event
+carries its own ``timestamp_micros`` (the event-level override); a time in the future (a skewed clock) is sent
+as "now".
 
 GA4 has no way to anonymise the sender's IP address; the ``json`` collector is the IP-free path.
 """

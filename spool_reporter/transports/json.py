@@ -9,8 +9,14 @@ One request::
     {"schema": 1, "events": [<the spooled event objects, exactly as recorded>]}
 
 The events carry their ``event_id``, so the collector de-duplicates what an interrupted flusher resends. It
-answers 2xx (``{"accepted": n, "duplicates": m, "rejected": r}``) once the batch is durable; anything else
-keeps the events.
+answers 2xx (``{"accepted": n, "duplicates": m, "rejected": r, "refused": {reason: k}}``) once the batch is
+durable; anything else keeps the events. The flusher counts the events of ``refused`` as refused by the
+destination, by reason, and the others as sent.
+
+**No time window here.** An event of any age is sent: the collector judges each event's time against its own
+clock and its own ``--max-age-days`` (a collector run with a longer maximum age recovers a laptop's month-old
+events), and answers the ones it refuses as ``too_old`` or ``future``, which the flusher counts. The only event
+kept back is one larger than a whole batch, which no collector could take.
 """
 
 from __future__ import annotations
@@ -19,7 +25,6 @@ import json
 from collections.abc import Sequence
 from typing import Final
 
-from spool_reporter import _event
 from spool_reporter._version import __version__
 
 from . import Batch, Event, Prepared, Request, Transport
@@ -34,10 +39,6 @@ MAX_BODY_BYTES: Final = 512 * 1024
 """Bytes per request body: the collector's documented limit (500 events of ~420 bytes fit)."""
 
 _HEAD: Final = b'{"schema":1,"events":['
-_WINDOW_REASONS: Final = {
-    "too_old": f"older than the collector accepts ({_event.MAX_AGE_SECONDS // 86400} days)",
-    "future": "more than a day in the future",
-}
 _TAIL: Final = b"]}"
 
 
@@ -68,12 +69,6 @@ class JSONTransport(Transport):
         items: list[bytes] = []
         size = len(_HEAD) + len(_TAIL)
         for event in events:
-            # The collector's time window (the shared validator's default), judged on this machine's clock.
-            when = _event.parse_time(str(event.get("time", "")))
-            window = "time" if when is None else _event.window_problem(when, now=now)
-            if window is not None:
-                rejected.append((event, _WINDOW_REASONS.get(window, "not a valid time")))
-                continue
             item = encode(event)
             if size + len(item) + 1 > MAX_BODY_BYTES and len(_HEAD) + len(_TAIL) + len(item) > MAX_BODY_BYTES:
                 rejected.append((event, "larger than a whole batch"))
