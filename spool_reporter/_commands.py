@@ -358,6 +358,8 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
             + (f" ({_n(kept, 'event')} so far)" if kept else "")
             + f". See them with: {ctx.prog} flush --dry-run"
         )
+        if _flusher_running(app, env):
+            _out(IN_FLIGHT)
         return EXIT_OK
     if decision.enabled:
         # Sending: the user's explicit yes also sends what was recorded under the "never sent" wording.
@@ -390,9 +392,38 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_FAILED
 
 
+IN_FLIGHT: Final = (
+    "A flusher is sending right now: a request already on its way cannot be called back; it makes no further request."
+)
+"""What ``disable``, ``enable --local`` and ``purge`` say when a flusher holds its lock (:func:`_flusher_running`)."""
+
+
+def _flusher_running(app: App, env: Mapping[str, str]) -> bool:
+    """Whether a flusher holds ``flusher.lock`` now (one try of the lock; nothing is created)."""
+    try:
+        folder = _hook.Folder(_hook.state_dir(app, env), create=False)
+    except OSError:
+        return False
+    with folder:
+        try:
+            folder.lstat(_hook.FLUSHER_LOCK_NAME)
+        except OSError:
+            return False
+        lock = _files.FolderLock(folder, _hook.FLUSHER_LOCK_NAME, 0)
+        try:
+            lock.acquire()
+        except _files.LockTimeout:
+            return True
+        except OSError:
+            return False
+        lock.release()
+        return False
+
+
 def cmd_disable(args: argparse.Namespace, ctx: Context) -> int:
     """Write disable=1 to your config file (other settings and the client id are kept) and
-    delete every queued event, saying how many.
+    delete every queued event, saying how many. A flusher that is sending stops before its
+    next request; the one already on its way cannot be called back (it says so).
     """
     from ._userconf import ConfigError, update
 
@@ -406,13 +437,19 @@ def cmd_disable(args: argparse.Namespace, ctx: Context) -> int:
         status = EXIT_FAILED
     deleted = _purge(ctx.app, ctx.env)
     _out(f"Deleted {_n(deleted, 'queued event')}.")
+    if _flusher_running(ctx.app, ctx.env):
+        _out(IN_FLIGHT)
     return status
 
 
 def cmd_purge(args: argparse.Namespace, ctx: Context) -> int:
-    """Delete every queued event and say how many."""
+    """Delete every queued event and say how many. A flusher that is sending them stops
+    before its next request; the one already on its way cannot be called back (it says so).
+    """
     deleted = _purge(ctx.app, ctx.env)
     _out(f"Deleted {_n(deleted, 'queued event')}.")
+    if _flusher_running(ctx.app, ctx.env):
+        _out(IN_FLIGHT)
     return EXIT_OK
 
 
@@ -513,7 +550,10 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
         f"still queued {remaining}" + (f", deleted {result.purged}" if result.purged else "")
     )
     # "0 when nothing is left to send": delivered, nothing queued, or everything deleted because reporting is off.
-    ok = result.outcome in ("delivered", "nothing") or (result.outcome in ("disabled", "no-endpoint") and not remaining)
+    # "local": local mode was chosen while this flush sent; what stays queued stays by that choice.
+    ok = result.outcome in ("delivered", "nothing", "local") or (
+        result.outcome in ("disabled", "no-endpoint") and not remaining
+    )
     if result.outcome == "delivered":
         message = f"Sent {_n(result.sent, 'event')}" + (f", rejected {result.rejected}" if result.rejected else "")
         dest = _settings.resolve(app, env).destination

@@ -147,6 +147,7 @@ class _Run:
     def __init__(
         self,
         *,
+        app: App,
         folder: _hook.Folder,
         env: Mapping[str, str],
         user: dict[str, str] | None,
@@ -155,6 +156,8 @@ class _Run:
         deadline: float,
         progress: Callable[[int, int], None] | None,
     ) -> None:
+        self.app = app
+        self.env = env
         self.folder = folder
         self.user = user
         self.destination = destination
@@ -169,6 +172,8 @@ class _Run:
         self.refused: dict[str, int] = {}
         """Events the destination refused inside a 2xx this run, by reason."""
         self.sent_ids: set[str] = set()
+        self.stopped: _hook.Decision | None = None
+        """The decision that stopped this run: the user said no (or chose local mode) while it was sending."""
 
     @property
     def spool_lock(self) -> _files.FolderLock:
@@ -267,6 +272,8 @@ class _Run:
         handled = len(done)
         refused: dict[str, int] = {}  # by the destination, in this segment
         for batch in prepared.batches:
+            if not self.may_send(name):
+                break
             answer = self.sender.send(batch.request)
             ids = {_event_id(e) for e in batch.events}
             if answer.kind == "ok":
@@ -304,6 +311,22 @@ class _Run:
         self.settle(name, events, done, bad, rejected, refused=refused)
         return failure, handled
 
+    def may_send(self, name: str) -> bool:
+        """Whether the next request of segment ``name`` may leave. The user's choice is read again before each
+        request (two small files): a ``disable``, ``enable --local`` or opt-out switch that lands while this run
+        sends stops it (:attr:`stopped`), and only the request already on the wire can still arrive. A segment
+        that ``purge`` deleted meanwhile sends nothing more either."""
+        user, policy = _hook.read_inputs(self.app, self.env)
+        decision = _hook.decide(self.app, self.env, user, policy)
+        if not decision.enabled or decision.local:
+            self.stopped = decision
+            return False
+        try:
+            self.folder.lstat(name)
+        except FileNotFoundError:
+            return False
+        return True
+
     def send_all(self, segments: list[tuple[str, int, int]]) -> Answer | None:
         total = sum(count for _, count, _ in segments)
         done = 0
@@ -312,6 +335,8 @@ class _Run:
             done += handled
             if failure is not None:
                 return failure
+            if self.stopped is not None:
+                break
         return None
 
 
@@ -422,6 +447,7 @@ def _run(
             release = flusher_lock.release
         try:
             job = _Run(
+                app=app,
                 folder=folder,
                 env=env,
                 user=user,
@@ -457,6 +483,32 @@ def _inherited_lock(env: Mapping[str, str], folder: _hook.Folder) -> int | None:
     return fd
 
 
+def _stopped(job: _Run, decision: _hook.Decision, refused: dict[str, int], turned: str) -> FlushResult:
+    """The end of a run that the user's "no" stopped (:meth:`_Run.may_send`): what was deleted, and what was
+    sent before it."""
+    purged = _purge(job.app, job.env) if decision.hard_off else 0
+    outcome = "disabled" if not decision.enabled else "local"
+    why = _consent.explain(decision.reason)
+    message = (
+        f"stopped ({why}): sent {job.sent} events before, made no further request"
+        + (f"; {turned}" if turned else "")
+        + (f"; deleted {purged} queued events" if purged else "")
+    )
+    _state.record_outcome(
+        job.folder, outcome=outcome, error=None, retry_after=None, tune=job.tune, sent=job.sent, refused=refused
+    )
+    log(job.folder, f"{iso_time(now())} pid={os.getpid()} {outcome}: {message}")
+    return FlushResult(
+        outcome=outcome,
+        sent=job.sent,
+        rejected=job.rejected,
+        remaining=_spool.count_queued(job.folder),
+        purged=purged,
+        refused=refused,
+        message=message,
+    )
+
+
 def _run_locked(job: _Run, *, ignore_backoff: bool) -> FlushResult:
     folder, tune = job.folder, job.tune
     if not ignore_backoff:
@@ -480,10 +532,12 @@ def _run_locked(job: _Run, *, ignore_backoff: bool) -> FlushResult:
         failure = Answer(error="the spool lock is busy")
     finally:
         job.sender.close()
-    remaining = _spool.count_queued(folder)
     pid = os.getpid()
     refused = dict(sorted(job.refused.items()))
     turned = f"the destination refused {_spool.refused_text(refused, 'event')}" if refused else ""
+    if job.stopped is not None and failure is None:
+        return _stopped(job, job.stopped, refused, turned)
+    remaining = _spool.count_queued(folder)
     if failure is not None:
         error = job.secretless(failure.describe())
         retry = _state.record_outcome(
