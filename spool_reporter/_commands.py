@@ -377,6 +377,10 @@ def cmd_sent(args: argparse.Namespace, ctx: Context) -> int:
     path = _hook.state_dir(ctx.app, ctx.env)
     try:
         record = _sent.read(path)
+    except PermissionError as exc:
+        if exc.filename in (_spool.SENT_NAME, _spool.SENT_OLD_NAME):
+            raise CommandError(f"cannot read {os.path.join(path, exc.filename)}: permission denied") from exc
+        raise CommandError(folder_problem(path, exc)) from exc
     except OSError as exc:
         raise CommandError(folder_problem(path, exc)) from exc
     if args.json:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import run_py
+from conftest import AS_NOBODY, ROOT_WITH_SETPRIV, run_py
 from servers import RefusedPort, fill, serving, with_destination
 from test_cli import cli, spool_command
 from test_cli_flush import snapshot
@@ -255,6 +255,26 @@ def test_sent_changes_nothing_and_counts_damaged_lines(sandbox: Sandbox, app: Ap
     human = cli(sandbox, "sent", env=env).stdout
     assert human.startswith("1 request on record, oldest first (2 events); 3 damaged lines skipped; in ")
     assert snapshot(sandbox.home) == before
+
+
+@pytest.mark.skipif(not ROOT_WITH_SETPRIV, reason="needs root, setpriv and a Python the unprivileged user can run")
+@pytest.mark.parametrize("locked", ["sent.jsonl", "the spool folder"])
+def test_an_unreadable_record_is_an_error_not_nothing(nobody_sandbox: Sandbox, app: App, locked: str) -> None:
+    sb = nobody_sandbox
+    fill(app, sb.env, 1)
+    with serving() as server:
+        flush(sb, with_destination(sb.env, server.url()))
+    subprocess.run(["chown", "-R", "nobody:nogroup", str(sb.home)], check=True, timeout=30)
+    folder = sb.state_dir(app)
+    blocked = folder / "sent.jsonl" if locked == "sent.jsonl" else folder
+    blocked.chmod(0)
+    for args in (["sent"], ["sent", "--json"]):
+        done = subprocess.run(
+            [*AS_NOBODY, *spool_command(), *args], env=sb.env, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert (done.returncode, done.stdout) == (1, "")
+        what = blocked if locked == "sent.jsonl" else f"the spool folder {folder}"
+        assert done.stderr == f"django-spool: cannot read {what}: permission denied\n"
 
 
 def test_a_body_that_is_not_ascii_is_kept_as_base64(sandbox: Sandbox, app: App) -> None:
