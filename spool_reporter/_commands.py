@@ -1,10 +1,10 @@
-"""The management commands' work: ``status``, ``enable``, ``disable``, ``flush`` (and ``--dry-run``), ``purge``,
-``reset-id`` and ``forget``, each a function of the parsed flags and a :class:`~spool_reporter.cli.Context`.
+"""The management commands' work: ``status``, ``enable``, ``disable``, ``flush`` (and ``--dry-run``), ``sent``,
+``purge``, ``reset-id`` and ``forget``, each a function of the parsed flags and a :class:`~spool_reporter.cli.Context`.
 
 :mod:`spool_reporter.cli` holds the table of these commands (:data:`~spool_reporter.cli.COMMANDS`) and the
 argparse and Click front ends; this module holds what each command does and says. Results go to stdout, problems
-to stderr (a :class:`CommandError` is one line and exit status 1). ``status`` and ``flush --dry-run`` read the
-spool folder without changing anything; only ``flush`` imports the sender (and urllib3).
+to stderr (a :class:`CommandError` is one line and exit status 1). ``status``, ``flush --dry-run`` and ``sent``
+read the spool folder without changing anything; only ``flush`` imports the sender (and urllib3).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ __all__ = [
     "cmd_forget",
     "cmd_purge",
     "cmd_reset_id",
+    "cmd_sent",
     "cmd_status",
     "folder_problem",
 ]
@@ -161,18 +162,21 @@ def _check_readable(app: App, env: Mapping[str, str]) -> None:
                 continue  # missing, or planted (a symlink, a FIFO): skipped by the reader, as by the flusher
 
 
-def _purge(app: App, env: Mapping[str, str]) -> int:
-    """Delete every queued event, and those kept in local mode, under the spool locks (waiting
-    :data:`LOCK_TIMEOUT` for each); how many."""
+def _purge(app: App, env: Mapping[str, str]) -> str:
+    """Delete every queued event, those kept in local mode and the record of what was sent, under the spool
+    locks (waiting :data:`LOCK_TIMEOUT` for each); the sentence that says what was deleted."""
+    from . import _sent
     from ._local import purge_app
 
     path = _hook.state_dir(app, env)
     try:
-        return purge_app(app, env, wait=LOCK_TIMEOUT)
+        had_record = _sent.exists(path)
+        deleted = purge_app(app, env, wait=LOCK_TIMEOUT)
     except _files.LockTimeout as exc:
         raise CommandError(f"the spool is locked by another process (waited {LOCK_TIMEOUT:.0f} s); try again") from exc
     except OSError as exc:
         raise CommandError(folder_problem(path, exc)) from exc
+    return f"Deleted {_n(deleted, 'queued event')}" + (" and the record of what was sent." if had_record else ".")
 
 
 def _spool_summary(app: App, env: Mapping[str, str]) -> dict[str, Any]:
@@ -422,8 +426,9 @@ def _flusher_running(app: App, env: Mapping[str, str]) -> bool:
 
 def cmd_disable(args: argparse.Namespace, ctx: Context) -> int:
     """Write disable=1 to your config file (other settings and the client id are kept) and
-    delete every queued event, saying how many. A flusher that is sending stops before its
-    next request; the one already on its way cannot be called back (it says so).
+    delete every queued event, saying how many, and the record of what was sent (see 'sent').
+    A flusher that is sending stops before its next request; the one already on its way cannot
+    be called back (it says so).
     """
     from ._userconf import ConfigError, update
 
@@ -435,19 +440,76 @@ def cmd_disable(args: argparse.Namespace, ctx: Context) -> int:
         # Reporting is already off when the file cannot be read safely; still delete what is queued.
         print_error(ctx.prog, str(exc))
         status = EXIT_FAILED
-    deleted = _purge(ctx.app, ctx.env)
-    _out(f"Deleted {_n(deleted, 'queued event')}.")
+    _out(_purge(ctx.app, ctx.env))
     if _flusher_running(ctx.app, ctx.env):
         _out(IN_FLIGHT)
     return status
 
 
-def cmd_purge(args: argparse.Namespace, ctx: Context) -> int:
-    """Delete every queued event and say how many. A flusher that is sending them stops
-    before its next request; the one already on its way cannot be called back (it says so).
+def cmd_sent(args: argparse.Namespace, ctx: Context) -> int:
+    """Show the requests the flusher actually sent, oldest first: when, where (secrets
+    redacted), the answer (HTTP status and body, or the error when none came: the bytes may
+    have left all the same), how many events, and the exact body, printed as flush --dry-run
+    prints it. With --json, one object {{"requests": [...], "damaged": n}} with each body as
+    the exact string that was sent (body_base64 if it was not ASCII).
+
+    The record is sent.jsonl in the spool folder (0600), rotated to sent.jsonl.1 at 256 KiB:
+    several hundred events at least. disable, purge and forget delete it. Reads without locking
+    or changing anything; damaged lines are skipped and counted.
     """
-    deleted = _purge(ctx.app, ctx.env)
-    _out(f"Deleted {_n(deleted, 'queued event')}.")
+    from . import _sent
+
+    path = _hook.state_dir(ctx.app, ctx.env)
+    try:
+        record = _sent.read(path)
+    except PermissionError as exc:
+        if exc.filename in (_spool.SENT_NAME, _spool.SENT_OLD_NAME):
+            raise CommandError(f"cannot read {os.path.join(path, exc.filename)}: permission denied") from exc
+        raise CommandError(folder_problem(path, exc)) from exc
+    except OSError as exc:
+        raise CommandError(folder_problem(path, exc)) from exc
+    if args.json:
+        _out(json.dumps({"requests": list(record.requests), "damaged": record.damaged}, indent=2))
+        return EXIT_OK
+    damaged = f"; {_n(record.damaged, 'damaged line')} skipped" if record.damaged else ""
+    if not record.requests:
+        _out(
+            "Nothing sent is on record: nothing was sent yet, or the record was deleted "
+            f"(by disable, purge or forget, or when reporting was turned off){damaged}."
+        )
+        return EXIT_OK
+    events = sum(int(str(r["events"])) for r in record.requests)
+    _out(
+        f"{_n(len(record.requests), 'request')} on record, oldest first ({_n(events, 'event')}){damaged}; "
+        f"in {os.path.join(path, _spool.SENT_NAME)}."
+    )
+    for request in record.requests:
+        body = _sent.body_bytes(request)
+        headers = request.get("headers")
+        headers = headers if isinstance(headers, dict) else {}
+        if request.get("status") is not None:
+            answer = f"HTTP {request['status']}"
+            if request.get("retry_after") is not None:
+                answer += f", Retry-After {request['retry_after']:g} s"
+        else:
+            answer = f"no answer ({request.get('error')})"
+        _out(
+            f"\n--- {request['time']} {request['method']} {request['destination']}: {answer}; "
+            f"{_n(int(str(request['events'])), 'event')}, {len(body)} bytes"
+        )
+        shown = _body_for_display(headers, body)
+        _out(json.dumps(shown, indent=2) if not isinstance(shown, str) else shown)
+        if request.get("answer"):
+            _out(f"answer: {request['answer']}")
+    return EXIT_OK
+
+
+def cmd_purge(args: argparse.Namespace, ctx: Context) -> int:
+    """Delete every queued event and say how many; delete the record of what was sent too
+    (see 'sent'). A flusher that is sending them stops before its next request; the one
+    already on its way cannot be called back (it says so).
+    """
+    _out(_purge(ctx.app, ctx.env))
     if _flusher_running(ctx.app, ctx.env):
         _out(IN_FLIGHT)
     return EXIT_OK
@@ -470,7 +532,8 @@ def cmd_reset_id(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_forget(args: argparse.Namespace, ctx: Context) -> int:
     """Ask the configured collector to delete every event stored under this machine's client
     id (POST /v1/forget), then replace the id with a new random one. Queued events are deleted
-    first, so none of them leaves the machine. The request follows the flusher's rules: one
+    first, so none of them leaves the machine, and so is the record of what was sent (it holds
+    the old id). The request follows the flusher's rules: one
     deadline, verified HTTPS (plain HTTP only to loopback), proxies honoured. It is not sent
     while reporting is off, unless --send-while-off.
 

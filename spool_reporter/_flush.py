@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from . import _consent, _files, _hook, _settings, _spawn, _spool, _state
+from . import _consent, _files, _hook, _sent, _settings, _spawn, _spool, _state
 from ._hook import FLUSHER_LOCK_FD_ENV, FLUSHER_LOCK_NAME, GATE_NAME, App, iso_time
 from ._http import Answer, Sender
 from ._state import log, now
@@ -275,6 +275,7 @@ class _Run:
             if not self.may_send(name):
                 break
             answer = self.sender.send(batch.request)
+            _sent.append(self.folder, batch, answer, self.secretless)  # answered or not: it may have left
             ids = {_event_id(e) for e in batch.events}
             if answer.kind == "ok":
                 fresh = len(ids - self.sent_ids)

@@ -3,7 +3,8 @@
 What :func:`forget` does, in order:
 
 1. takes the flusher's lock (waiting as ``flush`` does), so that no flusher sends events of the old id while
-   it works, and deletes every queued event: none of them will leave the machine;
+   it works, and deletes every queued event (none of them will leave the machine) and the record of what was
+   sent (:mod:`._sent`: it holds the old id);
 2. sends ``POST /v1/forget`` with ``{"client_id": "<the id>"}`` to the collector of the configured ``json``
    destination (its endpoint's ``/batch`` becomes ``/forget``), with the flusher's own sender
    (:class:`spool_reporter._http.Sender`): its one deadline (DNS included), its timeouts, certificates always
@@ -56,7 +57,7 @@ USER_DELETION_API: Final = "https://developers.google.com/analytics/devguides/co
 class Result:
     """What :func:`forget` did."""
 
-    __slots__ = ("deleted", "message", "new_id", "old_id", "outcome", "purged")
+    __slots__ = ("deleted", "message", "new_id", "old_id", "outcome", "purged", "record_deleted")
 
     def __init__(
         self,
@@ -79,6 +80,8 @@ class Result:
         self.old_id = old_id
         self.new_id = new_id
         """The client id written in place of :attr:`old_id` (``None``: kept)."""
+        self.record_deleted = False
+        """Whether the record of what was sent (``django-spool sent``) was there and is gone."""
 
 
 def forget_url(destination: Destination) -> str | None:
@@ -151,6 +154,18 @@ def forget(app: App, *, environ: Mapping[str, str] | None = None, send_while_off
     """Forget this machine's client id at the destination and here (see the module docstring). Never raises for
     network trouble; raises :class:`OSError` for an unusable spool folder and ``ConfigError`` (of
     :mod:`spool_reporter._userconf`) for a config file that cannot be changed."""
+    import os
+
+    from . import _hook, _sent
+
+    path = _hook.state_dir(app, os.environ if environ is None else environ)
+    had_record = _sent.exists(path)
+    result = _run(app, environ=environ, send_while_off=send_while_off)
+    result.record_deleted = had_record and not _sent.exists(path)  # every purge deletes it
+    return result
+
+
+def _run(app: App, *, environ: Mapping[str, str] | None, send_while_off: bool) -> Result:
     import os
 
     from . import _consent, _files, _flush, _hook, _settings
@@ -262,7 +277,9 @@ def _purge(app: App, env: Mapping[str, str]) -> int:
 def report(result: Result) -> tuple[str, str | None, int]:
     """What ``forget`` prints for ``result``: (stdout text, stderr message or ``None``, exit status). Status 0
     when the collector confirmed the deletion or there is no client id to forget, else 1."""
-    queued = f"Deleted {result.purged} queued event{'' if result.purged == 1 else 's'}."
+    queued = f"Deleted {result.purged} queued event{'' if result.purged == 1 else 's'}" + (
+        " and the record of what was sent." if result.record_deleted else "."
+    )
     if result.outcome == "forgotten":
         return f"Forgotten: {result.message}.\n{queued}\nNew client id {result.new_id}.\n", None, 0
     out = queued + "\n"

@@ -9,6 +9,8 @@ Layout of ``<user state dir>/spool_reporter/<app>/`` (folder ``0700``, files ``0
                                reads them, and deletes one only after the destination answered 2xx
     counters                   ``cap=`` / ``corrupt=`` / ``rejected=`` drop counts, and the destination's
                                refusals by reason (``destination_<reason>=``) (``key=value``)
+    sent.jsonl, sent.jsonl.1   the record of the requests the flusher sent (:mod:`._sent`; deleted by every
+                               purge)
 
 **The lock protocol.** Every writer of the folder holds an exclusive ``flock`` on ``spool.lock`` while it
 appends, seals (renames ``spool.jsonl`` to a segment), deletes segments or updates ``counters``. Every process
@@ -69,6 +71,10 @@ ASIDE_PREFIX = ".aside-"
 ASIDE_SUFFIX = ".tmp"
 """:func:`append_aside` writes ``.aside-<pid>-<random>.tmp``, then renames it to a one-line segment."""
 
+SENT_NAME = "sent.jsonl"
+SENT_OLD_NAME = "sent.jsonl.1"
+"""The record of what left (:mod:`._sent`, which the hook never imports: a purge only unlinks these)."""
+
 STALE_ASIDE_SECONDS = 60.0
 """An aside file is written and renamed within microseconds: one this old (or whose writer is gone) was left by
 a process killed in between, and :func:`tidy` publishes or removes it."""
@@ -111,6 +117,8 @@ __all__ = [
     "segment_count",
     "segment_name",
     "segments",
+    "SENT_NAME",
+    "SENT_OLD_NAME",
     "Sending",
     "STALE_ASIDE_SECONDS",
     "tidy",
@@ -164,7 +172,8 @@ def count_queued(folder: Folder) -> int:
 
 
 def purge(folder: Folder) -> int:
-    """Delete every queued event (active file and segments). Caller holds the lock. Returns the count."""
+    """Delete every queued event (active file and segments) and the record of what was sent (``sent.jsonl``
+    and ``sent.jsonl.1``). Caller holds the lock. Returns the count of events."""
     deleted = _active_lines(folder)
     with contextlib.suppress(FileNotFoundError):
         folder.unlink(ACTIVE_NAME)
@@ -179,6 +188,9 @@ def purge(folder: Folder) -> int:
             with contextlib.suppress(FileNotFoundError):
                 folder.unlink(name)
                 deleted += 1
+    for name in (SENT_NAME, SENT_OLD_NAME):
+        with contextlib.suppress(OSError):  # missing; a folder planted there is no record of ours
+            folder.unlink(name)
     return deleted
 
 
@@ -589,7 +601,8 @@ def tidy(folder: Folder, now: float) -> list[str]:
 
 def purge_folder(path: str, *, wait: float) -> int:
     """Delete every queued event of the spool folder at ``path`` under the spool lock, waiting at most ``wait``
-    seconds for it, and return how many; 0 when there is no such folder. The one purge behind ``disable``,
+    seconds for it, and return how many; 0 when there is no such folder. The record of what was sent goes
+    with them (:func:`purge`). The one purge behind ``disable``,
     ``purge`` and ``forget``, and behind a flusher or a hook that finds reporting turned off. Raises
     :class:`~._files.LockTimeout` when the lock stays busy, :class:`OSError` for a folder that cannot be used."""
     try:

@@ -30,6 +30,7 @@ from ._commands import (
     cmd_forget,
     cmd_purge,
     cmd_reset_id,
+    cmd_sent,
     cmd_status,
     print_error,
 )
@@ -138,6 +139,12 @@ COMMANDS: Final[tuple[Command, ...]] = (
             Option(("--json",), "with --dry-run: one JSON object {events, requests, reason, local}"),
         ),
         check=check_flush_args,
+    ),
+    Command(
+        name="sent",
+        run=cmd_sent,
+        help="show the requests that were sent, with their answers",
+        options=(Option(("--json",), 'print one JSON object {"requests": [...], "damaged": n}'),),
     ),
     Command(
         name="purge",

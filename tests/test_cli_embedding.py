@@ -113,10 +113,10 @@ def test_add_commands_mounts_them_under_the_tools_own_name(capsys: pytest.Captur
 
 
 def test_one_table_builds_every_front_end() -> None:
-    """Adding a command (``forget`` was the last) is one row of COMMANDS and its function: argparse and Click
+    """Adding a command (``sent`` was the last) is one row of COMMANDS and its function: argparse and Click
     read it."""
     names = [c.name for c in cli.COMMANDS]
-    assert names == ["status", "enable", "disable", "flush", "purge", "reset-id", "forget"]
+    assert names == ["status", "enable", "disable", "flush", "sent", "purge", "reset-id", "forget"]
     parser = tool_parser()
     for command in cli.COMMANDS:
         flags = [f for o in command.options for f in o.flags]

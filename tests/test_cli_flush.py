@@ -84,7 +84,7 @@ def test_flush_says_one_event_not_one_events(sandbox: Sandbox, app: App) -> None
     assert dry.stdout.startswith("0 queued events;")
     fill(app, sandbox.env, 1)
     assert cli(sandbox, "flush", "--dry-run").stdout.startswith("1 queued event; nothing is sent")
-    assert cli(sandbox, "purge").stdout == "Deleted 1 queued event.\n"
+    assert cli(sandbox, "purge").stdout == "Deleted 1 queued event and the record of what was sent.\n"
 
 
 def test_flush_to_a_dead_destination_fails_and_keeps_events(sandbox: Sandbox, app: App) -> None:

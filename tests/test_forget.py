@@ -210,7 +210,7 @@ def test_the_command_forgets_at_the_collector(sandbox: Sandbox, app: App, tmp_pa
     assert done.stdout == (
         f"Forgotten: the collector at {collector.url.replace('/batch', '/forget')} deleted 4 events of your client "
         "id; it keeps only numbers of closed weeks, which hold no client id.\n"
-        f"Deleted 2 queued events.\nNew client id {new}.\n"
+        f"Deleted 2 queued events and the record of what was sent.\nNew client id {new}.\n"
     )
     assert new != old
     assert sandbox.spool_lines(app) == []

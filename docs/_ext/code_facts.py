@@ -52,6 +52,7 @@ FACTS: tuple[tuple[str, str, str, Any], ...] = (
     ("longest back-off, and cap on `Retry-After`", "spool_reporter._settings", "BACKOFF_CAP", _seconds),
     ("background flusher started at most every", "spool_reporter._hook", "SPAWN_INTERVAL", _seconds),
     ("... unless the active spool is larger than", "spool_reporter._hook", "SPAWN_THRESHOLD_BYTES", _size),
+    ("record of sent requests rotated at", "spool_reporter._sent", "SENT_FILE_BYTES", _size),
 )
 
 
