@@ -119,8 +119,8 @@ def test_sent_shows_the_collectors_real_answers(sandbox: Sandbox, app: App, coll
     flush(sandbox, env)
     requests = requests_of(sandbox, env)
     assert [(r["status"], r["answer"], r["events"]) for r in requests] == [
-        (200, '{"accepted": 3, "duplicates": 0, "rejected": 0}', 3),
-        (200, '{"accepted": 0, "duplicates": 3, "rejected": 0}', 3),
+        (200, '{"accepted": 3, "duplicates": 0, "rejected": 0, "refused": {}}', 3),
+        (200, '{"accepted": 0, "duplicates": 3, "rejected": 0, "refused": {}}', 3),
     ]
     assert requests[0]["body"] == requests[1]["body"]
 

@@ -247,13 +247,14 @@ PATH_EVENTS = {"open": 0, "os.mkdir": 0, "os.chmod": 0, "os.rename": 0, "os.repl
                "os.rmdir": 0, "os.utime": 0, "os.listdir": 0, "os.scandir": 0, "os.link": 0, "os.truncate": 0}
 
 folder = os.path.join(state, "django")
+own = (folder, os.path.join(folder, "local"))  # the queue's folder and local mode's
 
 def hook(event, args):
     if event in PATH_EVENTS and args and isinstance(args[0], (str, bytes)):
         path = os.fsdecode(args[0])
-        # The one exception: the folder itself, opened in one step and used only if it is the very folder a
-        # walk verified before (its inode named by the marker inside it).
-        if path.startswith(state) and not (event == "open" and path == folder):
+        # The one exception: a folder of ours itself, opened in one step and used only if it is the very folder
+        # a walk verified before (its inode named by the marker inside it).
+        if path.startswith(state) and not (event == "open" and path in own):
             seen.append(f"{event} {path}")
 
 sys.addaudithook(hook)
@@ -303,15 +304,24 @@ def test_nothing_in_the_state_folder_is_reached_by_path(sandbox: Any, figures: F
         env = with_destination(sandbox.env, server.url())
         for mode, rest in runs:
             found += _audited(env, mode, *rest)
+        # Local mode's folder: recorded there (created by the first), seen, moved to the queue by enable, sent.
+        sandbox.write_user(django_app_52(), "disable=0\nmode=local\n")
+        found += _audited(sandbox.env, "record") + _audited(sandbox.env, "record")
+        local_runs = [("spool_reporter.cli", ["status"]), ("spool_reporter.cli", ["flush", "--dry-run"])]
+        local_runs += [("spool_reporter.cli", ["enable"]), ("spool_reporter.cli", ["flush"])]
+        local_runs += [("spool_reporter.cli", ["enable", "--local"]), ("spool_reporter.cli", ["purge"])]
+        for mode, rest in local_runs:
+            found += _audited(env, mode, *rest)
         delivered = len(server.event_ids())
-    assert delivered == 2
+    assert delivered == 4
     assert not found, "\n".join(found)
     figures.row(
         fault="any path handed to the kernel under the state folder",
         injected="Python audit hooks (open, mkdir, chmod, rename, remove, rmdir, utime, listdir, scandir, link, "
-        "truncate) in a first record(), a second, status, flush --dry-run, the detached flusher, flush, purge, disable",
-        trials=2 + len(runs),
-        recorded=2,
+        "truncate) in a first record(), a second, status, flush --dry-run, the detached flusher, flush, purge, "
+        "disable; then in local mode two record()s, status, flush --dry-run, enable, flush, enable --local, purge",
+        trials=4 + len(runs) + len(local_runs),
+        recorded=4,
         delivered=delivered,
         checked="0 paths but the folder's own (compared with the folder a walk verified before): every level and "
         "file reached relative to a folder descriptor",
