@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from conftest import run_py
 from polling import wait_for
 from servers import fill, serving, with_destination
 from test_cli import cli, spool_command
@@ -25,7 +26,23 @@ HOLD = 3.0
 """Seconds the server holds each answer: the user's "no" lands while the first request waits."""
 
 
-@pytest.mark.parametrize("no", [("disable",), ("enable", "--local")], ids=["disable", "enable-local"])
+def _say_no_with_do_not_track(sandbox: Sandbox) -> None:
+    """Another shell, with DO_NOT_TRACK=1, runs a reported command: its hook deletes the queue. The flusher's
+    own environment has no DO_NOT_TRACK: it stops because the segment it sends is gone."""
+    proc = run_py(
+        """
+        from spool_reporter import record
+        from spool_reporter._hook import django_app
+        assert not record("startproject", app=django_app("5.2"))
+        """,
+        {**sandbox.env, "DO_NOT_TRACK": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "no", [("disable",), ("enable", "--local"), ("DO_NOT_TRACK",)], ids=["disable", "enable-local", "do-not-track"]
+)
 def test_no_request_starts_after_the_user_says_no(sandbox: Sandbox, no: tuple[str, ...]) -> None:
     fill(APP, sandbox.env, 1500)  # three segments, four requests of at most 500 events
     with serving("slow", delay=HOLD) as server:
@@ -36,8 +53,14 @@ def test_no_request_starts_after_the_user_says_no(sandbox: Sandbox, no: tuple[st
         )
         try:
             wait_for(lambda: len(server.received) >= 1, timeout=30, what="the first request")
-            said = cli(sandbox, *no, env=env)
-            assert said.returncode == 0, said.stderr
+            if no == ("DO_NOT_TRACK",):
+                _say_no_with_do_not_track(sandbox)
+                assert sandbox.spool_lines(APP) == []
+            else:
+                said = cli(sandbox, *no, env=env)
+                assert said.returncode == 0, said.stderr
+                if no == ("disable",):
+                    assert "a request already on its way cannot be called back" in said.stdout
             at_no = len(server.received)
             out, err = flush.communicate(timeout=60)
         finally:
@@ -46,5 +69,3 @@ def test_no_request_starts_after_the_user_says_no(sandbox: Sandbox, no: tuple[st
                 flush.wait(10)
         assert at_no == 1, "the no landed while the first request waited for its answer"
         assert len(server.received) == at_no, (out, err)
-        if no == ("disable",):
-            assert "a request already on its way cannot be called back" in said.stdout

@@ -144,3 +144,22 @@ def test_disable_purge_and_a_hook_that_finds_reporting_off_delete_the_local_fold
     assert off.returncode == 0, off.stderr
     assert off.stderr == ""
     assert not local.exists()
+
+
+def test_a_move_from_sending_to_local_keeps_the_queue_unsent(sandbox: Sandbox) -> None:
+    """Events queued under the sending wording, then a distributor's default=local: the local wording is shown
+    before the next event is recorded, and nothing is sent while local mode lasts, the queue included."""
+    with serving() as server:
+        env = with_destination(sandbox.env, server.url())
+        env[APP.env_endpoint] = "http://sandbox.invalid/v1/batch"  # named but refused: no flusher starts
+        assert record(sandbox, env, 2) == notice_text(APP)
+        sandbox.write_policy(APP, "default=local\n")
+        assert record(sandbox, env) == notice_text(APP, local=True)
+        assert (len(sandbox.spool_lines(APP)), len(sandbox.local_lines(APP))) == (2, 1)
+        sending = with_destination(sandbox.env, server.url())
+        flushed = cli(sandbox, "flush", env=sending)
+        assert flushed.stdout.startswith("local: nothing is sent in local mode; 3 events stay on this machine")
+        status = cli(sandbox, "status", env=sending).stdout
+        assert "queued:        2 events" in status
+        assert "kept local:    1 event recorded in local mode" in status
+        assert not server.received
