@@ -51,6 +51,15 @@ killed while it settles."""
 NO_ENDPOINT_RETRY: Final = 3600.0
 """A background flusher that finds the named endpoint unusable keeps the next one away this long."""
 
+DRAIN_ROUNDS: Final = 5
+"""At most this many claim/send rounds in one run (:func:`_drain`): events recorded while a flusher runs leave in
+that run, and a steady stream of them cannot keep one flusher going beyond this."""
+
+DRAIN_SHARE: Final = 0.25
+"""Another round starts only while at least this share of the deadline is left (and at least
+:data:`SETTLE_SECONDS`): 5 s of the 20 s, so that a round started late does not run into the deadline, count as a
+failure and back off."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class FlushResult:
@@ -327,21 +336,91 @@ def _run(
             except _files.LockTimeout:
                 return FlushResult(outcome="busy", message="another flusher is running")
             release = flusher_lock.release
+        # The detached process's deadline was set when it armed its watchdog; in the foreground the run starts
+        # once the flusher lock is ours. Every round of the run shares it.
+        until = time.monotonic() + tune.deadline if deadline is None else deadline
+        destination = resolved.destination
+        job = functools.partial(
+            _Run,
+            folder=folder,
+            env=env,
+            user=user,
+            destination=destination,
+            tune=tune,
+            deadline=until,
+            progress=progress,
+        )
+        results, queued = _drain(folder, job, release, ignore_backoff=ignore_backoff)
+        return _summed(results, queued, destination.redacted_url())
+
+
+def _drain(
+    folder: _hook.Folder, job: Callable[[], _Run], release: Callable[[], None], *, ignore_backoff: bool
+) -> tuple[list[FlushResult], int | None]:
+    """Claim/send rounds, the first with flusher.lock held (``release`` lets it go): each round's result, and the
+    events found queued after the last one (``None`` if not looked at).
+
+    A command that records an event while a flusher runs finds flusher.lock taken and starts none; its event was
+    appended after the claim, so that round does not send it. So after a round that ended without a failure
+    (``delivered``, or ``nothing``), the flusher first releases flusher.lock, *then* looks, under the spool lock,
+    whether events are queued; if so, it takes flusher.lock again without waiting and runs another round. The
+    order is what makes this complete: an event appended before the look is seen by it; an event appended after
+    it finds flusher.lock already free, so its command can start a flusher (when its spawn gate is open: a
+    long-lived command's is, unless the back-off holds). If another flusher took flusher.lock in between, that
+    one sends them. It stops after :data:`DRAIN_ROUNDS` rounds, or when less than :data:`DRAIN_SHARE` of the
+    deadline (at least :data:`SETTLE_SECONDS`) is left; then what came last waits for the next command.
+    """
+    results: list[FlushResult] = []
+    while True:
         try:
-            job = _Run(
-                folder=folder,
-                env=env,
-                user=user,
-                destination=resolved.destination,
-                tune=tune,
-                # The detached process's deadline was set when it armed its watchdog; in the foreground the
-                # run starts once the flusher lock is ours.
-                deadline=time.monotonic() + tune.deadline if deadline is None else deadline,
-                progress=progress,
-            )
-            return _run_locked(job, ignore_backoff=ignore_backoff)
+            current = job()
+            results.append(_run_locked(current, ignore_backoff=ignore_backoff))
         finally:
             release()
+        left = current.deadline - time.monotonic()
+        if (
+            results[-1].outcome not in ("delivered", "nothing")
+            or len(results) >= DRAIN_ROUNDS
+            or left < max(SETTLE_SECONDS, current.tune.deadline * DRAIN_SHARE)
+        ):
+            return results, None
+        try:
+            with current.spool_lock:  # after the release: see above
+                queued = _spool.count_queued(folder)
+        except (OSError, _files.LockTimeout):
+            return results, None
+        if not queued:
+            return results, 0
+        again = _files.FolderLock(folder, FLUSHER_LOCK_NAME, 0)
+        try:
+            again.acquire()
+        except (OSError, _files.LockTimeout):  # another flusher runs: it sends them
+            return results, queued
+        release = again.release
+
+
+def _summed(results: list[FlushResult], queued: int | None, url: str) -> FlushResult:
+    """One result for the rounds of a run: the counts summed, the outcome and message of the last round that did
+    something (a ``delivered`` run stays ``delivered`` when a later round found nothing)."""
+    if len(results) == 1 and queued is None:
+        return results[0]
+    last = results[-1]
+    sent = sum(r.sent for r in results)
+    rejected = sum(r.rejected for r in results)
+    failed = sum(r.failed for r in results)
+    remaining = last.remaining if queued is None else queued
+    if last.outcome in ("failed", "busy") or not (sent or rejected):
+        outcome, message = last.outcome, last.message
+        if len(results) > 1 and (sent or rejected):
+            message = f"{message} (after {len(results) - 1} rounds that sent {sent - last.sent})"
+    else:
+        outcome = "delivered"
+        message = f"sent {sent} events to {url}" + (f", {rejected} rejected" if rejected else "")
+        if len(results) > 1:
+            message += f" in {len(results)} rounds"
+    return FlushResult(
+        outcome=outcome, sent=sent, rejected=rejected, failed=failed, remaining=remaining, message=message
+    )
 
 
 def _inherited_lock(env: Mapping[str, str], folder: _hook.Folder) -> int | None:
