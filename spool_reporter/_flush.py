@@ -9,6 +9,10 @@ request is sent by :class:`._http.Sender`, which abandons it at the deadline (DN
 included, which no socket timeout bounds); the bookkeeping after it waits at most :data:`SETTLE_SECONDS` for the
 spool lock, and only :data:`WATCHDOG_GRACE` after the deadline may the detached process's watchdog end it.
 
+**Rounds.** After a round without a failure the run releases the flusher lock, then looks for events recorded
+meanwhile and, if it can take the lock again at once, sends them in another round (:func:`_drain`), at most
+:data:`DRAIN_ROUNDS` rounds within the one deadline.
+
 **Delivery.** At least once: claim by rename under the spool lock, send sealed segments oldest first,
 delete a segment's events only after their batch got a 2xx (a partly sent segment is rewritten with the
 unsent lines, temporary file + rename, under the lock). 4xx other than 408/429 drop that batch (counted as
@@ -252,7 +256,8 @@ def run(
     ignore_backoff: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> FlushResult:
-    """One flusher run: check consent, claim the spool, send it, record the outcome. Never raises for network
+    """One flusher run: check consent, claim the spool, send it, record the outcome, and again for what was recorded
+    meanwhile (:func:`_drain`; the counts are summed). Never raises for network
     or spool trouble (the result says what happened: an unusable spool folder is ``failed``); bounded by the
     deadline.
 
@@ -400,8 +405,9 @@ def _drain(
 
 
 def _summed(results: list[FlushResult], queued: int | None, url: str) -> FlushResult:
-    """One result for the rounds of a run: the counts summed, the outcome and message of the last round that did
-    something (a ``delivered`` run stays ``delivered`` when a later round found nothing)."""
+    """One result for the rounds of a run, their counts summed: ``failed`` if the last round failed, else
+    ``delivered`` if any round sent or rejected something (a later round that found nothing, or the spool lock
+    busy, leaves it so), else the last round's outcome. ``queued``: what the look after the last round found."""
     if len(results) == 1 and queued is None:
         return results[0]
     last = results[-1]
@@ -409,10 +415,10 @@ def _summed(results: list[FlushResult], queued: int | None, url: str) -> FlushRe
     rejected = sum(r.rejected for r in results)
     failed = sum(r.failed for r in results)
     remaining = last.remaining if queued is None else queued
-    if last.outcome in ("failed", "busy") or not (sent or rejected):
+    if last.outcome == "failed" or not (sent or rejected):
         outcome, message = last.outcome, last.message
-        if len(results) > 1 and (sent or rejected):
-            message = f"{message} (after {len(results) - 1} rounds that sent {sent - last.sent})"
+        if sent > last.sent:
+            message += f" (the run's earlier rounds sent {sent - last.sent})"
     else:
         outcome = "delivered"
         message = f"sent {sent} events to {url}" + (f", {rejected} rejected" if rejected else "")
