@@ -9,6 +9,10 @@ request is sent by :class:`._http.Sender`, which abandons it at the deadline (DN
 included, which no socket timeout bounds); the bookkeeping after it waits at most :data:`SETTLE_SECONDS` for the
 spool lock, and only :data:`WATCHDOG_GRACE` after the deadline may the detached process's watchdog end it.
 
+**Rounds.** After a round without a failure the run releases the flusher lock, then looks for events recorded
+meanwhile and, if it can take the lock again at once, sends them in another round (:func:`_drain`), at most
+:data:`DRAIN_ROUNDS` rounds within the one deadline.
+
 **Delivery.** At least once: claim by rename under the spool lock, send sealed segments oldest first,
 delete a segment's events only after their batch got a 2xx (a partly sent segment is rewritten with the
 unsent lines, temporary file + rename, under the lock). 4xx other than 408/429 drop that batch (counted as
@@ -62,6 +66,15 @@ MAX_REASON_CHARS: Final = 24
 
 MAX_REASONS: Final = 32
 """Distinct reasons taken from one answer (the collector has 19); the rest are counted as ``other``."""
+
+DRAIN_ROUNDS: Final = 5
+"""At most this many claim/send rounds in one run (:func:`_drain`): events recorded while a flusher runs leave in
+that run, and a steady stream of them cannot keep one flusher going beyond this."""
+
+DRAIN_SHARE: Final = 0.25
+"""Another round starts only while at least this share of the deadline is left (and at least
+:data:`SETTLE_SECONDS`): 5 s of the 20 s, so that a round started late does not run into the deadline, count as a
+failure and back off."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -358,7 +371,8 @@ def run(
     ignore_backoff: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> FlushResult:
-    """One flusher run: check consent, claim the spool, send it, record the outcome. Never raises for network
+    """One flusher run: check consent, claim the spool, send it, record the outcome, and again for what was recorded
+    meanwhile (:func:`_drain`; the counts are summed). Never raises for network
     or spool trouble (the result says what happened: an unusable spool folder is ``failed``); bounded by the
     deadline.
 
@@ -446,22 +460,108 @@ def _run(
             except _files.LockTimeout:
                 return FlushResult(outcome="busy", message="another flusher is running")
             release = flusher_lock.release
+        # The detached process's deadline was set when it armed its watchdog; in the foreground the run starts
+        # once the flusher lock is ours. Every round of the run shares it.
+        until = time.monotonic() + tune.deadline if deadline is None else deadline
+        destination = resolved.destination
+        job = functools.partial(
+            _Run,
+            app=app,
+            folder=folder,
+            env=env,
+            user=user,
+            destination=destination,
+            tune=tune,
+            deadline=until,
+            progress=progress,
+        )
+        results, queued = _drain(folder, job, release, ignore_backoff=ignore_backoff)
+        return _summed(results, queued, destination.redacted_url())
+
+
+def _drain(
+    folder: _hook.Folder, job: Callable[[], _Run], release: Callable[[], None], *, ignore_backoff: bool
+) -> tuple[list[FlushResult], int | None]:
+    """Claim/send rounds, the first with flusher.lock held (``release`` lets it go): each round's result, and the
+    events found queued after the last one (``None`` if not looked at).
+
+    A command that records an event while a flusher runs finds flusher.lock taken and starts none; its event was
+    appended after the claim, so that round does not send it. So after a round that ended without a failure
+    (``delivered``, or ``nothing``), the flusher first releases flusher.lock, *then* looks, under the spool lock,
+    whether events are queued; if so, it takes flusher.lock again without waiting and runs another round. The
+    order is what makes this complete: an event appended before the look is seen by it; an event appended after
+    it finds flusher.lock already free, so its command can start a flusher (when its spawn gate is open: a
+    long-lived command's is, unless the back-off holds). If another flusher took flusher.lock in between, that
+    one sends them. It stops after :data:`DRAIN_ROUNDS` rounds, or when less than :data:`DRAIN_SHARE` of the
+    deadline (at least :data:`SETTLE_SECONDS`) is left; then what came last waits for the next command.
+    """
+    results: list[FlushResult] = []
+    while True:
         try:
-            job = _Run(
-                app=app,
-                folder=folder,
-                env=env,
-                user=user,
-                destination=resolved.destination,
-                tune=tune,
-                # The detached process's deadline was set when it armed its watchdog; in the foreground the
-                # run starts once the flusher lock is ours.
-                deadline=time.monotonic() + tune.deadline if deadline is None else deadline,
-                progress=progress,
-            )
-            return _run_locked(job, ignore_backoff=ignore_backoff)
+            current = job()
+            results.append(_run_locked(current, ignore_backoff=ignore_backoff))
         finally:
             release()
+        left = current.deadline - time.monotonic()
+        if (
+            results[-1].outcome not in ("delivered", "nothing")
+            or len(results) >= DRAIN_ROUNDS
+            or left < max(SETTLE_SECONDS, current.tune.deadline * DRAIN_SHARE)
+        ):
+            return results, None
+        try:
+            with current.spool_lock:  # after the release: see above
+                queued = _spool.count_queued(folder)
+        except (OSError, _files.LockTimeout):
+            return results, None
+        if not queued:
+            return results, 0
+        again = _files.FolderLock(folder, FLUSHER_LOCK_NAME, 0)
+        try:
+            again.acquire()
+        except (OSError, _files.LockTimeout):  # another flusher runs: it sends them
+            return results, queued
+        release = again.release
+
+
+def _summed(results: list[FlushResult], queued: int | None, url: str) -> FlushResult:
+    """One result for the rounds of a run, their counts summed: ``failed`` if the last round failed, else
+    ``delivered`` if any round sent or rejected something (a later round that found nothing, or the spool lock
+    busy, leaves it so), else the last round's outcome. ``queued``: what the look after the last round found."""
+    if len(results) == 1 and queued is None:
+        return results[0]
+    last = results[-1]
+    sent = sum(r.sent for r in results)
+    rejected = sum(r.rejected for r in results)
+    failed = sum(r.failed for r in results)
+    refused: dict[str, int] = {}
+    for r in results:
+        for reason, n in r.refused.items():
+            refused[reason] = refused.get(reason, 0) + n
+    refused = dict(sorted(refused.items()))
+    remaining = last.remaining if queued is None else queued
+    # A round that failed, or that the user's "no" stopped, says how the run ended.
+    if last.outcome in ("failed", "disabled", "local") or not (sent or rejected):
+        outcome, message = last.outcome, last.message
+        if sent > last.sent:
+            message += f" (the run's earlier rounds sent {sent - last.sent})"
+    else:
+        outcome = "delivered"
+        message = f"sent {sent} events to {url}" + (f", {rejected} rejected" if rejected else "")
+        if refused:
+            message += f"; the destination refused {_spool.refused_text(refused, 'event')}"
+        if len(results) > 1:
+            message += f" in {len(results)} rounds"
+    return FlushResult(
+        outcome=outcome,
+        sent=sent,
+        rejected=rejected,
+        failed=failed,
+        remaining=remaining,
+        purged=sum(r.purged for r in results),
+        refused=refused,
+        message=message,
+    )
 
 
 def _inherited_lock(env: Mapping[str, str], folder: _hook.Folder) -> int | None:

@@ -1209,7 +1209,7 @@ SPAWN_INTERVAL: "Final" = 300.0
 SPAWN_INTERVAL_ENV: "Final" = "SPOOL_REPORTER_SPAWN_INTERVAL"
 #: An active spool this large (~150 events) starts a flusher regardless of the interval.
 SPAWN_THRESHOLD_BYTES: "Final" = 64 * 1024
-#: No second spawn this soon after one, whatever the command: covers a new flusher's start-up.
+#: No second spawn this soon after one (but from a long-lived command on POSIX): covers a new flusher's start-up.
 SPAWN_GAP: "Final" = 10.0
 #: The longest back-off a flusher writes (_settings.BACKOFF_CAP, which also clamps Retry-After). A gate further
 #: ahead was written by a clock that was wrong (or planted): it counts as expired, not as a year of silence.
@@ -1298,12 +1298,18 @@ def gate_open(
     # Steps 2-3 above: back-off expired, interval passed (or not needed).
     if backing_off(mtime(folder, GATE_NAME), now):
         return False
+    if long_lived and not _WINDOWS:
+        # No SPAWN_GAP for a long-lived command (runserver): it may run for hours, and an event it records just
+        # after a spawn would wait for some later command. The lock hand-over (POSIX) keeps a second flusher out
+        # while a new one starts up: a free flusher.lock means the last flusher has ended.
+        return True
     stamp = mtime(folder, STAMP_NAME)
     # A stamp in the future (the clock was set back) counts as expired rather than blocking for long.
     if stamp is not None and stamp <= now + 60:
         interval = _interval(env)
-        # Even a long-lived command or a large spool waits SPAWN_GAP after a spawn: cheap insurance on top of
-        # the lock hand-over (the fault suite's storm once started 20 flushers for 7 sends).
+        # A large spool (and on Windows, without the hand-over, a long-lived command) waits SPAWN_GAP after a
+        # spawn: cheap insurance on top of the lock hand-over (the fault suite's storm once started 20 flushers
+        # for 7 sends).
         if now - min(SPAWN_GAP, interval) < stamp:
             return False
         if not long_lived and active_size < SPAWN_THRESHOLD_BYTES and now - interval < stamp:

@@ -273,22 +273,24 @@ def test_duplicate_ids_left_by_a_killed_flusher_are_sent_once_per_run(sandbox: S
     assert sandbox.spool_lines(app) == []
 
 
-def test_events_recorded_during_a_run_wait_for_the_next(sandbox: Sandbox, app: App) -> None:
+def test_events_recorded_during_a_run_leave_in_that_run_up_to_the_round_limit(sandbox: Sandbox, app: App) -> None:
     fill(app, sandbox.env, 2)
     with serving() as server:
-        env = with_destination(sandbox.env, server.url())
+        env = with_destination(sandbox.env, server.url(), SPOOL_REPORTER_FLUSH_DEADLINE="20")
         calls: list[tuple[int, int]] = []
 
         def progress(done: int, total: int) -> None:
             calls.append((done, total))
-            fill(app, sandbox.env, 1)  # a command recorded while the flusher sends
+            fill(app, sandbox.env, 1)  # a command recorded while the flusher sends, in every round
 
         result, _ = timed_run(app, env, progress=progress)
-        assert result.sent == 2
-        assert calls == [(2, 2)]
-        assert len(queued_ids(sandbox, app)) == 1
+        rounds = _flush.DRAIN_ROUNDS
+        assert (result.outcome, result.sent, result.remaining) == ("delivered", 2 + rounds - 1, 1)
+        assert calls == [(2, 2)] + [(1, 1)] * (rounds - 1)
+        assert result.message == f"sent {2 + rounds - 1} events to {server.url()} in {rounds} rounds"
+        assert len(queued_ids(sandbox, app)) == 1  # recorded during the last round: waits for the next run
         result, _ = timed_run(app, env)
-        assert result.sent == 1
+        assert (result.sent, result.message) == (1, f"sent 1 events to {server.url()}")
 
 
 def test_progress_reports_each_batch(sandbox: Sandbox, app: App) -> None:

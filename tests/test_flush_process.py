@@ -247,3 +247,49 @@ def test_audit_hook_sees_sockets_when_enabled(sandbox: Sandbox, app: App) -> Non
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=True, timeout=30)
     assert out.stdout.decode().startswith("delivered ")
     assert "socket.connect" in out.stdout.decode()
+
+
+def test_an_event_recorded_while_the_flusher_sends_leaves_with_that_flusher(
+    sandbox: Sandbox, app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command that records while the detached flusher waits for its first answer finds flusher.lock taken (and
+    its spawn interval not passed): it starts no flusher. The flusher, once that round is done, releases the lock,
+    finds the new event and sends it in a second round: one spawn, two requests, one pid in the log."""
+    from test_spawn import flusher_idle
+
+    starts: list[int] = []
+    real_start = _spawn._start
+
+    def counting_start(spec: _spawn.SpawnSpec) -> bool:
+        starts.append(1)
+        return real_start(spec)  # the real detached process
+
+    monkeypatch.setattr(_spawn, "_start", counting_start)
+    with serving("slow", delay=3.0) as server:
+        env = with_destination(
+            sandbox.env, server.url(), SPOOL_REPORTER_FLUSH_DEADLINE="20", SPOOL_REPORTER_READ_TIMEOUT="10"
+        )
+        assert _hook.record_event("startproject", app=app, environ=env)  # starts the flusher
+        assert len(starts) == 1
+        stamp = sandbox.state_dir(app) / _hook.STAMP_NAME
+        spawned = stamp.stat().st_mtime_ns
+        wait_for(lambda: len(server.received) == 1, what="the flusher's first request")
+        assert _hook.record_event("startapp", app=app, environ=env)  # while the answer is 3 s away
+        assert len(starts) == 1
+        assert len(server.received) == 1  # still the first round...
+        assert not flusher_idle(sandbox, app)  # ...whose flusher holds the lock
+        later = [i for i in queued_ids(sandbox, app) if i not in server.event_ids()]
+        assert len(later) == 1  # (the claimed segment, being sent, holds the other)
+        # The bound: within the same flusher's run (its 20 s deadline); polled for longer so that a failure says
+        # what did not happen rather than a timeout of the test.
+        wait_for(lambda: later[0] in server.event_ids(), timeout=30, what="the event recorded mid-send")
+        wait_idle(sandbox, app)
+        batches = [[event["event"] for event in request.json()["events"]] for request in server.received]
+    assert batches == [["startproject"], ["startapp"]]
+    assert len(starts) == 1
+    assert stamp.stat().st_mtime_ns == spawned  # no second spawn
+    assert queued_ids(sandbox, app) == []
+    log = (sandbox.state_dir(app) / _state.LOG_NAME).read_text().splitlines()
+    delivered = [line for line in log if " delivered: " in line]
+    assert len(delivered) == 2
+    assert len({line.split(" pid=")[1].split()[0] for line in delivered}) == 1  # both rounds: one process

@@ -213,9 +213,13 @@ def test_interval_threshold_and_long_lived(sandbox: Sandbox, app: App, started: 
     env = {**sandbox.env, "DJANGO_ANALYTICS_ENDPOINT": "https://x.example/"}
     assert spawn(sandbox, app, env)
     assert not spawn(sandbox, app, env)  # within the interval
-    # Right after a spawn nothing starts another, not even runserver or a large spool: the new flusher may
-    # not hold flusher.lock yet (the start-up race the fault suite's storm found).
-    assert not spawn(sandbox, app, env, long_lived=True)
+    # Right after a spawn a large spool starts none (SPAWN_GAP, insurance against the start-up race the fault
+    # suite's storm found); runserver does, where the hook hands the locked flusher.lock over (POSIX): a free
+    # lock means the last flusher has ended, so its event need not wait for some later command.
+    if sys.platform == "win32":
+        assert not spawn(sandbox, app, env, long_lived=True)
+    else:
+        assert spawn(sandbox, app, env, long_lived=True)
     assert not spawn(sandbox, app, env, size=_hook.SPAWN_THRESHOLD_BYTES)
     age_stamp(sandbox, app, _hook.SPAWN_GAP + 1)
     assert spawn(sandbox, app, env, long_lived=True)  # runserver
@@ -228,7 +232,7 @@ def test_interval_threshold_and_long_lived(sandbox: Sandbox, app: App, started: 
     assert not spawn(sandbox, app, {**env, _hook.SPAWN_INTERVAL_ENV: "100000"})  # can only shorten
     os.utime(stamp, (time.time() - 2, time.time() - 2))
     assert spawn(sandbox, app, {**env, _hook.SPAWN_INTERVAL_ENV: "1"})
-    assert len(started) == 5
+    assert len(started) == (5 if sys.platform == "win32" else 6)
     assert oct(stamp.stat().st_mode & 0o777) == "0o600"
 
 

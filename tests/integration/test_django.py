@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+import servers
 from conftest import Sandbox
 from polling import wait_for
 
@@ -761,3 +762,114 @@ def test_installed_console_script_works(dj: Venv, sandbox: Sandbox) -> None:
     )
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["reason"] == "default"
+
+
+# --- a long-lived command's event leaves within one flusher run ------------------------------------------------
+
+DELIVERY_BOUND = 40.0
+"""Seconds a ``runserver``'s event may take to reach the collector in the tests below, polled: one flusher run
+(the 20 s deadline, docs/flusher.md) plus the flusher's start-up and settling on a loaded machine, twice over.
+Without the drain and the long-lived gate it never arrives while runserver runs and no other command is run."""
+
+
+class HeldCollector(servers.Server):
+    """A healthy loopback collector that holds its first answer until :attr:`release` is set (at most
+    :attr:`hold` seconds): a flusher is mid-send for as long as the test needs."""
+
+    def __init__(self, hold: float = 60.0) -> None:
+        self.release = threading.Event()
+        self.hold = hold
+        super().__init__("healthy")
+
+    def respond(self, conn: socket.socket, request: servers.Received) -> bool:
+        if len(self.received) == 1:
+            self.release.wait(self.hold)
+        return super().respond(conn, request)
+
+    def close(self) -> None:
+        self.release.set()
+        super().close()
+
+
+def _received_events(collector: servers.Server) -> list[str]:
+    """The names of the events the collector received, in order."""
+    return [str(event["event"]) for request in list(collector.received) for event in request.json()["events"]]
+
+
+def _stamp(u: User) -> float:
+    """When the last flusher was started (flush.spawned)."""
+    return (u.sandbox.state_dir(APP) / "flush.spawned").stat().st_mtime
+
+
+def _pids_delivered(u: User) -> list[str]:
+    """The pid of each flusher round that delivered, from flush.log."""
+    log = (u.sandbox.state_dir(APP) / "flush.log").read_text().splitlines()
+    return [line.split(" pid=")[1].split()[0] for line in log if " delivered: " in line]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the hook hands flusher.lock over on POSIX only")
+def test_runserver_started_while_a_flusher_sends_has_its_event_sent_by_that_flusher(user: User) -> None:
+    """startproject starts a flusher; runserver, started while that flusher waits for its first answer, finds
+    flusher.lock taken and starts none. With no other command run, its event reaches the collector within
+    DELIVERY_BOUND, sent by the same flusher in a second round, while runserver keeps running."""
+    with HeldCollector() as collector:
+        user.env = servers.with_destination(
+            user.env, collector.url(), SPOOL_REPORTER_FLUSH_DEADLINE="20", SPOOL_REPORTER_READ_TIMEOUT="20"
+        )  # the real spawn interval (5 minutes): no second command could start a flusher
+        user.ok("django-admin", "startproject", "mysite")
+        spawned = _stamp(user)
+        wait_for(lambda: len(collector.received) == 1, timeout=30, what="the flusher's first request")
+        server = Server(user, user.work / "mysite")
+        try:
+            wait_for(lambda: "runserver" in user.names(), timeout=60, what="runserver's event in the spool")
+            assert len(collector.received) == 1  # recorded while the first round waits for its answer...
+            assert _flusher_holds_its_lock(user)  # ...so runserver found the lock taken
+            collector.release.set()
+            wait_for(
+                lambda: "runserver" in _received_events(collector),
+                timeout=DELIVERY_BOUND,
+                what="runserver's event to be sent",
+            )
+            assert server.proc.poll() is None, bytes(server.stderr)  # still serving
+            server.wait_serving()
+            wait_for(lambda: not _flusher_holds_its_lock(user), timeout=30, what="the flusher to exit")
+        finally:
+            code = server.stop()
+    assert code in (0, -signal.SIGINT), bytes(server.stderr)
+    assert _received_events(collector) == ["startproject", "runserver"]
+    assert _stamp(user) == spawned  # one spawn...
+    assert len(set(_pids_delivered(user))) == 1  # ...and one flusher process, in two rounds
+    assert user.names() == []
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the hook hands flusher.lock over on POSIX only")
+def test_runserver_started_right_after_a_flusher_ended_starts_one(user: User) -> None:
+    """startproject starts a flusher, which delivers and ends; runserver, started within SPAWN_GAP (10 s) of that
+    start, starts a flusher of its own. With no other command run, its event reaches the collector within
+    DELIVERY_BOUND while runserver keeps running."""
+    from spool_reporter._hook import SPAWN_GAP
+
+    with servers.serving() as collector:
+        user.env = servers.with_destination(user.env, collector.url(), SPOOL_REPORTER_FLUSH_DEADLINE="20")
+        user.ok("django-admin", "startproject", "mysite")
+        first = _stamp(user)
+        wait_for(lambda: len(collector.received) == 1, timeout=30, what="the startproject event")
+        wait_for(lambda: not _flusher_holds_its_lock(user), timeout=30, what="the first flusher to exit")
+        server = Server(user, user.work / "mysite")
+        try:
+            wait_for(
+                lambda: "runserver" in _received_events(collector),
+                timeout=DELIVERY_BOUND,
+                what="runserver's event to be sent",
+            )
+            assert server.proc.poll() is None, bytes(server.stderr)  # still serving
+            server.wait_serving()
+            # What is tested: runserver recorded (and started its flusher) within SPAWN_GAP of the first start.
+            assert first < _stamp(user) < first + SPAWN_GAP
+            wait_for(lambda: not _flusher_holds_its_lock(user), timeout=30, what="the second flusher to exit")
+        finally:
+            code = server.stop()
+    assert code in (0, -signal.SIGINT), bytes(server.stderr)
+    assert _received_events(collector) == ["startproject", "runserver"]
+    assert len(set(_pids_delivered(user))) == 2
+    assert user.names() == []
