@@ -288,7 +288,8 @@ class _Run:
             if not self.may_send(name):
                 break
             answer = self.sender.send(batch.request)
-            _sent.append(self.folder, batch, answer, self.secretless)  # answered or not: it may have left
+            if answer.attempted:  # answered or not: it may have left
+                _sent.append(self.folder, batch, answer, self.secretless)
             ids = {_event_id(e) for e in batch.events}
             if answer.kind == "ok":
                 fresh = len(ids - self.sent_ids)

@@ -193,6 +193,8 @@ class Answer:
     retry_after: float | None = None
     body: bytes = b""
     error: str | None = None
+    attempted: bool = True
+    """False when nothing was sent at all (the deadline had passed before the request started)."""
 
     @property
     def kind(self) -> str:
@@ -313,7 +315,7 @@ class Sender:
     def send(self, request: Request) -> Answer:
         left = self._deadline - time.monotonic()
         if left <= 0:
-            return Answer(error="deadline reached")
+            return Answer(error="deadline reached", attempted=False)
         reply: dict[str, object] = {}
 
         def work() -> None:

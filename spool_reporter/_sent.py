@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from ._http import Answer
     from .transports import Batch
 
-__all__ = ["SENT_FILE_BYTES", "SentRecord", "append", "read"]
+__all__ = ["SENT_FILE_BYTES", "SentRecord", "append", "body_bytes", "exists", "line", "read"]
 
 SENT_FILE_BYTES: Final = 256 * 1024
 """``sent.jsonl`` is rotated to ``sent.jsonl.1`` before an append would take it past this size. A policy: a
