@@ -293,15 +293,17 @@ def test_an_older_notice_version_sees_the_notice_again_once(user: User) -> None:
     before it records, and records under the new version from then on; django-spool status says so."""
     user.sandbox.write_user(APP, f"client_id={CID}\nnotice_version=0\n")
     spool = [str(user.venv.bin / "django-spool"), "status"]
-    assert "notice:        version 0 seen, current 1 (shown again" in user.ok(*spool).stdout.decode()
+    assert "notice:        never shown, current 1 (the send wording is shown" in user.ok(*spool).stdout.decode()
     first = user.ok("django-admin", "startproject", "p1")
     assert first.stderr == NOTICE
-    assert user.sandbox.user_file(APP).read_text() == f"client_id={CID}\nnotice_version=0\nnotice_version=1\n"
+    assert user.sandbox.user_file(APP).read_text() == (
+        f"client_id={CID}\nnotice_version=0\nnotice_version=1\nnotice_mode=send\n"
+    )
     second = user.ok("python", "-m", "django", "startapp", "blog")
     assert second.stderr == b""
     assert [e["client_id"] for e in user.events()] == [CID, CID]
     status = json.loads(user.ok(*spool, "--json").stdout)
-    assert (status["notice_version_seen"], status["notice_version"]) == (1, 1)
+    assert (status["notice_version_seen"], status["notice_mode_seen"], status["notice_version"]) == (1, "send", 1)
 
 
 def startprojects_together(user: User, count: int = 4) -> list[tuple[bytes, bytes]]:
