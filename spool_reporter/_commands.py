@@ -378,13 +378,12 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
         except OSError as exc:
             raise CommandError(folder_problem(_hook.local_dir(app, env), exc)) from exc
         if moved.events:
-            queued = _spool_summary(app, env)["queued"] or 0
             dest = _settings.resolve(app, env, user=user, policy=policy, read_files=False, sending=False).destination
             where = f" to {dest.redacted_url()}" if dest is not None else ""
             dropped = f" (the caps dropped the oldest {_n(moved.dropped, 'event')})" if moved.dropped else ""
             _out(
                 f"{_n(moved.events, 'event')} recorded in local mode joined the queue{dropped}: "
-                f"{_n(queued, 'queued event')} will be sent{where} by the next flusher, or now with "
+                f"{_n(moved.queued, 'queued event')} will be sent{where} by the next flusher, or now with "
                 f"'{ctx.prog} flush'. See exactly what with: {ctx.prog} flush --dry-run"
             )
         _out(f"Reporting is on. See what would be sent with: {ctx.prog} flush --dry-run")
@@ -582,6 +581,8 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
     (method, URL with secrets redacted, headers, body); send nothing and change nothing.
     In local mode, the requests that would leave once sending is on.
     """
+    from ._local import count_local
+
     app, env = ctx.app, ctx.env
     _check_readable(app, env)
     if args.dry_run:
@@ -636,7 +637,7 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
         message = result.message
     if message:
         (sys.stdout if ok else sys.stderr).write(message + "\n")
-    kept = _spool_summary(app, env)["kept_local"]
+    kept = count_local(app, env)
     if kept:
         _out(f"{_n(kept, 'event')} recorded in local mode stay on this machine; '{ctx.prog} enable' sends them.")
     return EXIT_OK if ok else EXIT_FAILED

@@ -31,27 +31,9 @@ def _open(app: App, env: Mapping[str, str]) -> Folder | None:
         return None
 
 
-def _read_events(read: _files.ReadOnlyFolder) -> list[dict[str, object]]:
-    """The valid events of a local folder opened read-only, oldest first, each once."""
-    names = read.names()
-    ordered = sorted(n for n in names if _spool.segment_count(n) is not None)
-    if _hook.ACTIVE_NAME in names:
-        ordered.append(_hook.ACTIVE_NAME)
-    events: list[dict[str, object]] = []
-    seen: set[str] = set()
-    for name in ordered:
-        parsed, _ = _spool.parse_lines(read.read(name, _spool.SCAN_LIMIT))
-        for event in parsed:
-            if str(event["event_id"]) not in seen:
-                seen.add(str(event["event_id"]))
-                events.append(event)
-    return events
-
-
 def local_events(app: App, env: Mapping[str, str]) -> list[dict[str, object]]:
     """The events recorded in local mode, oldest first, read without writing, locking or creating anything."""
-    with _files.ReadOnlyFolder(_hook.local_dir(app, env), own=LOCAL_OWN_LEVELS) as read:
-        return _read_events(read)
+    return _spool.read_queued(_hook.local_dir(app, env), own=LOCAL_OWN_LEVELS)[0]
 
 
 def count_local(app: App, env: Mapping[str, str]) -> int:
@@ -67,6 +49,8 @@ class Moved:
     """Valid events moved into the queue (the next flusher sends them)."""
     dropped: int = 0
     """Queued events the caps then dropped, oldest first (``max_events``, ``max_bytes``)."""
+    queued: int = 0
+    """Events queued afterwards, these included: what the next flusher sends."""
 
 
 def send_local(app: App, env: Mapping[str, str], *, wait: float) -> Moved:
@@ -103,7 +87,8 @@ def send_local(app: App, env: Mapping[str, str], *, wait: float) -> Moved:
             _hook.int_setting(user, "max_events", _hook.MAX_EVENTS),
             _hook.int_setting(user, "max_bytes", _hook.MAX_BYTES),
         )
-    return Moved(moved, dropped)
+        queued = _spool.count_queued(main)
+    return Moved(moved, dropped, queued)
 
 
 def _rename_between(src: Folder, name: str, dst: Folder, target: str) -> None:

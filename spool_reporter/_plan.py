@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from . import _consent, _files, _hook, _settings, _spool, _state
+from . import _consent, _hook, _settings, _spool, _state
 from ._local import local_events
 from .transports import Batch, transport_for
 
@@ -54,17 +54,6 @@ class Plan:
     """The events recorded in local mode (kept on this machine; only ``enable`` sends them), oldest first."""
 
 
-def _read_only_files(path: str) -> list[bytes]:
-    """The spool's files, oldest first, read without creating, locking or changing anything. A damaged file
-    larger than we write is read as far as the flusher would re-cut it (:data:`~._spool.SCAN_LIMIT`)."""
-    with _files.ReadOnlyFolder(path) as folder:
-        names = folder.names()
-        ordered = sorted(n for n in names if _spool.segment_count(n) is not None)
-        if _hook.ACTIVE_NAME in names:
-            ordered.append(_hook.ACTIVE_NAME)
-        return [data for data in (folder.read(name, _spool.SCAN_LIMIT) for name in ordered) if data]
-
-
 def plan(app: App, *, environ: Mapping[str, str] | None = None) -> Plan:
     """What a run would send now, batch by batch, for ``flush --dry-run``.
 
@@ -72,16 +61,7 @@ def plan(app: App, *, environ: Mapping[str, str] | None = None) -> Plan:
     exist). A line being appended while this reads may be skipped (and counted in :attr:`Plan.invalid`).
     """
     env = os.environ if environ is None else environ
-    events: list[dict[str, object]] = []
-    invalid = 0
-    seen: set[str] = set()
-    for data in _read_only_files(_hook.state_dir(app, env)):
-        parsed, bad = _spool.parse_lines(data)
-        invalid += bad
-        for event in parsed:
-            if str(event["event_id"]) not in seen:  # a killed flusher can leave a resent copy behind
-                seen.add(str(event["event_id"]))
-                events.append(event)
+    events, invalid = _spool.read_queued(_hook.state_dir(app, env))
     kept = local_events(app, env)
     user, policy = _hook.read_inputs(app, env)
     decision = _hook.decide(app, env, user, policy)

@@ -54,6 +54,7 @@ from ._hook import (
     O_BINARY,
     O_CLOEXEC,
     O_NOFOLLOW,
+    OWN_LEVELS,
     READ_FLAGS,
     SEGMENT_BYTES,
     SEGMENT_PREFIX,
@@ -109,6 +110,7 @@ __all__ = [
     "read_bytes",
     "read_counters",
     "read_destination_refusals",
+    "read_queued",
     "refused_text",
     "recut",
     "REFUSED_NAME",
@@ -155,6 +157,29 @@ def parse_lines(data: bytes) -> tuple[list[dict[str, object]], int]:
         else:
             events.append(valid)
     return events, bad
+
+
+def read_queued(path: str, *, own: int = OWN_LEVELS) -> tuple[list[dict[str, object]], int]:
+    """The valid events of the spool folder at ``path`` (``own``: its levels that must be ours, as for
+    :class:`~._hook.Folder`), oldest first, each event id once (a killed flusher can leave a resent copy
+    behind), and how many lines are not valid events. Read without creating, locking or changing anything; a
+    damaged file larger than we write is read as far as the flusher would re-cut it (:data:`SCAN_LIMIT`)."""
+    events: list[dict[str, object]] = []
+    invalid = 0
+    seen: set[str] = set()
+    with _files.ReadOnlyFolder(path, own=own) as folder:
+        names = folder.names()
+        ordered = sorted(n for n in names if segment_count(n) is not None)
+        if ACTIVE_NAME in names:
+            ordered.append(ACTIVE_NAME)
+        for name in ordered:
+            parsed, bad = parse_lines(folder.read(name, SCAN_LIMIT))
+            invalid += bad
+            for event in parsed:
+                if str(event["event_id"]) not in seen:
+                    seen.add(str(event["event_id"]))
+                    events.append(event)
+    return events, invalid
 
 
 def _active_lines(folder: Folder) -> int:
@@ -259,7 +284,7 @@ def add_counter(folder: Folder, key: str, amount: int) -> None:
         return
     counts = _counters_file(folder)  # not read_counters: 'refused' lives in its own file
     counts[key] = counts.get(key, 0) + amount
-    _files.replace_file(folder, COUNTERS_NAME, "".join(f"{k}={v}\n" for k, v in sorted(counts.items())).encode("ascii"))
+    _write_counters(folder, counts)
 
 
 def add_destination_refusals(folder: Folder, refused: Mapping[str, int]) -> None:
@@ -277,6 +302,10 @@ def add_destination_refusals(folder: Folder, refused: Mapping[str, int]) -> None
             key = DESTINATION_PREFIX + "other"
         kinds += key not in counts
         counts[key] = counts.get(key, 0) + n
+    _write_counters(folder, counts)
+
+
+def _write_counters(folder: Folder, counts: dict[str, int]) -> None:
     _files.replace_file(folder, COUNTERS_NAME, "".join(f"{k}={v}\n" for k, v in sorted(counts.items())).encode("ascii"))
 
 
