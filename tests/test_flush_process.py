@@ -62,6 +62,19 @@ HANGING_DNS = textwrap.dedent(
 )
 
 
+def count_starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one each time this process starts a flusher (the real detached process)."""
+    starts: list[int] = []
+    real_start = _spawn._start
+
+    def counting_start(spec: _spawn.SpawnSpec) -> bool:
+        starts.append(1)
+        return real_start(spec)
+
+    monkeypatch.setattr(_spawn, "_start", counting_start)
+    return starts
+
+
 def test_dns_that_never_returns_is_bounded_by_the_deadline(sandbox: Sandbox, app: App) -> None:
     fill(app, sandbox.env, 3)
     env = with_destination(sandbox.env, "https://never-resolves.example/v1/batch", SPOOL_REPORTER_FLUSH_DEADLINE="1")
@@ -138,14 +151,7 @@ def test_offline_laptop(sandbox: Sandbox, app: App, recovery: str, monkeypatch: 
     """50 commands against a refusing destination keep 50 events, start one flusher (the interval holds
     the rest back), and are not slowed down; once the destination is back, the next flusher after the
     back-off -- or `django-spool flush` at any time -- delivers all 50, each exactly once."""
-    starts: list[int] = []
-    real_start = _spawn._start
-
-    def counting_start(spec: _spawn.SpawnSpec) -> bool:
-        starts.append(1)
-        return real_start(spec)  # the real detached process
-
-    monkeypatch.setattr(_spawn, "_start", counting_start)
+    starts = count_starts(monkeypatch)
     port = RefusedPort()
     try:
         env = with_destination(sandbox.env, port.url(), SPOOL_REPORTER_BACKOFF_BASE="1")
@@ -257,14 +263,7 @@ def test_an_event_recorded_while_the_flusher_sends_leaves_with_that_flusher(
     finds the new event and sends it in a second round: one spawn, two requests, one pid in the log."""
     from test_spawn import flusher_idle
 
-    starts: list[int] = []
-    real_start = _spawn._start
-
-    def counting_start(spec: _spawn.SpawnSpec) -> bool:
-        starts.append(1)
-        return real_start(spec)  # the real detached process
-
-    monkeypatch.setattr(_spawn, "_start", counting_start)
+    starts = count_starts(monkeypatch)
     with serving("slow", delay=3.0) as server:
         env = with_destination(
             sandbox.env, server.url(), SPOOL_REPORTER_FLUSH_DEADLINE="20", SPOOL_REPORTER_READ_TIMEOUT="10"

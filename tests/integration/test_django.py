@@ -809,6 +809,16 @@ def _pids_delivered(u: User) -> list[str]:
     return [line.split(" pid=")[1].split()[0] for line in log if " delivered: " in line]
 
 
+def _runserver_event_arrives(server: Server, collector: servers.Server) -> None:
+    """runserver's event reaches the collector within DELIVERY_BOUND, with no other command run, while
+    runserver keeps serving."""
+    wait_for(
+        lambda: "runserver" in _received_events(collector), timeout=DELIVERY_BOUND, what="runserver's event to be sent"
+    )
+    assert server.proc.poll() is None, bytes(server.stderr)  # still serving
+    server.wait_serving()
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="the hook hands flusher.lock over on POSIX only")
 def test_runserver_started_while_a_flusher_sends_has_its_event_sent_by_that_flusher(user: User) -> None:
     """startproject starts a flusher; runserver, started while that flusher waits for its first answer, finds
@@ -827,13 +837,7 @@ def test_runserver_started_while_a_flusher_sends_has_its_event_sent_by_that_flus
             assert len(collector.received) == 1  # recorded while the first round waits for its answer...
             assert _flusher_holds_its_lock(user)  # ...so runserver found the lock taken
             collector.release.set()
-            wait_for(
-                lambda: "runserver" in _received_events(collector),
-                timeout=DELIVERY_BOUND,
-                what="runserver's event to be sent",
-            )
-            assert server.proc.poll() is None, bytes(server.stderr)  # still serving
-            server.wait_serving()
+            _runserver_event_arrives(server, collector)
             wait_for(lambda: not _flusher_holds_its_lock(user), timeout=30, what="the flusher to exit")
         finally:
             code = server.stop()
@@ -859,13 +863,7 @@ def test_runserver_started_right_after_a_flusher_ended_starts_one(user: User) ->
         wait_for(lambda: not _flusher_holds_its_lock(user), timeout=30, what="the first flusher to exit")
         server = Server(user, user.work / "mysite")
         try:
-            wait_for(
-                lambda: "runserver" in _received_events(collector),
-                timeout=DELIVERY_BOUND,
-                what="runserver's event to be sent",
-            )
-            assert server.proc.poll() is None, bytes(server.stderr)  # still serving
-            server.wait_serving()
+            _runserver_event_arrives(server, collector)
             # What is tested: runserver recorded (and started its flusher) within SPAWN_GAP of the first start.
             assert first < _stamp(user) < first + SPAWN_GAP
             wait_for(lambda: not _flusher_holds_its_lock(user), timeout=30, what="the second flusher to exit")
