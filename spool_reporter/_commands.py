@@ -412,14 +412,13 @@ def _flusher_running(app: App, env: Mapping[str, str]) -> bool:
             folder.lstat(_hook.FLUSHER_LOCK_NAME)
         except OSError:
             return False
-        lock = _files.FolderLock(folder, _hook.FLUSHER_LOCK_NAME, 0)
         try:
-            lock.acquire()
-        except _files.LockTimeout:
-            return True
+            fd = _hook.claim_flusher_lock(folder)  # the hook's own probe: one try of the lock
         except OSError:
             return False
-        lock.release()
+        if fd is None:
+            return True
+        os.close(fd)
         return False
 
 
