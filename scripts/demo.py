@@ -8,11 +8,13 @@ environment, so the ``.pth`` hook is armed exactly as for a user). Step by step 
 2. shows ``django-spool status`` there: off, because no destination is configured (the reference
    integration ships none; nothing is recorded until one is set), then points reporting at the collector
    and opts in locally with ``django-spool enable --local``: events are recorded, nothing is sent;
-3. runs real ``django-admin startproject`` and ``python manage.py startapp``: each queues one event, and
-   the first prints the one-time notice (local mode's) on stderr; no flusher starts;
+3. runs real ``django-admin startproject`` and ``python manage.py startapp``: each records one event, kept
+   in local mode's own folder, and the first prints the one-time notice (local mode's) on stderr; no
+   flusher starts;
 4. shows ``django-spool status`` and ``django-spool flush --dry-run``: what is queued, and exactly what would
    leave once sending is on;
-5. moves to sending with ``django-spool enable`` (which says first what will leave), runs a short
+5. moves to sending with ``django-spool enable`` (which moves the events recorded in local mode into the
+   queue and says how many will leave, and where), runs a short
    ``python manage.py runserver`` (long-lived, so it starts the detached flusher), waits until it serves a
    page, and stops it with SIGINT;
 6. waits (bounded) for the detached flusher to deliver, then prints ``django-spool status`` and the
