@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from ._commands import (
     EXIT_FAILED,
     CommandError,
+    check_enable_args,
     check_flush_args,
     cmd_disable,
     cmd_enable,
@@ -84,10 +85,13 @@ class Context:
 
 @dataclass(frozen=True)
 class Option:
-    """A flag of a command (every option today is an on/off flag)."""
+    """An option of a command: an on/off flag, or, with a :attr:`metavar`, an option that takes a value."""
 
     flags: tuple[str, ...]
     help: str
+    metavar: str | None = None
+    """``None``: an on/off flag (``False`` unless given). A name (``"URL"``): the option takes one value, shown
+    under that name in ``--help``; its attribute is the string given, or ``None`` when the option is absent."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,15 @@ COMMANDS: Final[tuple[Command, ...]] = (
         name="enable",
         run=cmd_enable,
         help="turn reporting on (your explicit yes), or keep events local",
-        options=(Option(("--local",), "record events on this machine only; never send them"),),
+        options=(
+            Option(("--local",), "record events on this machine only; never send them"),
+            Option(
+                ("--endpoint",),
+                "also write endpoint=URL to your config file: where events go (https://, or http:// to this machine)",
+                metavar="URL",
+            ),
+        ),
+        check=check_enable_args,
     ),
     Command(
         name="disable",
@@ -208,7 +220,10 @@ def add_commands(
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         for option in command.options:
-            p.add_argument(*option.flags, action="store_true", help=option.help)
+            if option.metavar is None:
+                p.add_argument(*option.flags, action="store_true", help=option.help)
+            else:
+                p.add_argument(*option.flags, metavar=option.metavar, default=None, help=option.help)
         p.set_defaults(
             spool_reporter_command=command, spool_reporter_app=app, spool_reporter_prog=prog, spool_reporter_parser=p
         )

@@ -47,7 +47,7 @@ def reporting_group(app: App, *, name: str = "analytics") -> click.Group:
 
 
 def _click_command(app: App, command: Command, words: dict[str, str]) -> click.Command:
-    def callback(**flags: bool) -> None:
+    def callback(**flags: bool | str | None) -> None:
         ctx = click.get_current_context()
         args = argparse.Namespace(**flags)
         problem = command.check(args) if command.check is not None else None
@@ -57,7 +57,10 @@ def _click_command(app: App, command: Command, words: dict[str, str]) -> click.C
         ctx.exit(execute(command, args, Context(app=app, env=os.environ, prog=prog)))
 
     params: list[click.Parameter] = [
-        click.Option(list(option.flags), is_flag=True, default=False, help=option.help) for option in command.options
+        click.Option(list(option.flags), is_flag=True, default=False, help=option.help)
+        if option.metavar is None
+        else click.Option(list(option.flags), metavar=option.metavar, default=None, help=option.help)
+        for option in command.options
     ]
     return click.Command(
         command.name,
