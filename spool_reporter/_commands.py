@@ -337,6 +337,10 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
     reporting still win. Events recorded in local mode, which are never sent otherwise, join
     the queue: it says how many, and where the next flusher sends them.
     With --local, write mode=local too: events are recorded on this machine and never sent.
+    With --endpoint URL, write endpoint=URL too (replacing the one there), in the file this
+    platform reads, creating its folder: where events go (with --local, once you send). A URL
+    that 'status' would refuse is a usage error, and nothing is written. It says where events
+    go, and when the environment's endpoint wins over the file's.
     Exit status 1 if reporting stays off.
     """
     from ._local import count_local, send_local
@@ -348,13 +352,17 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
         changes: dict[str, str | None] = {"disable": "0", "mode": "local"}
     else:
         changes = {"disable": "0", "mode": None}
+    if args.endpoint is not None:
+        changes["endpoint"] = args.endpoint  # valid: check_enable_args has refused any other
     try:
         path = update(app, changes, env)
     except ConfigError as exc:
         raise CommandError(str(exc)) from exc
     user, policy, decision = _inputs(ctx)
-    written = ", ".join(f"{k}={v}" for k, v in changes.items() if v is not None)
+    written = ", ".join(f"{k}={_settings.redact_url(v)}" for k, v in changes.items() if v is not None)
     _out(f"Wrote {written} to {path}" + (" and removed mode=local." if before.local and not args.local else "."))
+    if args.endpoint is not None:
+        _out(_destination_after_enable(ctx, user, policy, decision, path))
     if decision.enabled and decision.local:
         kept = count_local(app, env)
         _out(
@@ -393,6 +401,29 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
     if decision.reason == "destination:none":
         _out(f"Destination: {_settings.no_destination_text(app, env)}.")
     return EXIT_FAILED
+
+
+def check_enable_args(args: argparse.Namespace) -> str | None:
+    """``enable --endpoint URL``: the reason ``status`` would give for refusing the URL (a usage error, so nothing
+    is written), or ``None``."""
+    if args.endpoint is None:
+        return None
+    return _settings.endpoint_problem(args.endpoint)
+
+
+def _destination_after_enable(
+    ctx: Context, user: dict[str, str] | None, policy: dict[str, str] | None, decision: _hook.Decision, path: str
+) -> str:
+    """Where events go now, as ``status`` says it; and, when the environment's endpoint wins over the one just
+    written (it always does, docs/configuration.md), which variable to unset."""
+    resolved = _settings.resolve(ctx.app, ctx.env, user=user, policy=policy, read_files=False, sending=False)
+    text = f"Destination: {resolved.reason}"
+    if decision.local:
+        text += "; not used in local mode"
+    if resolved.source is not None and resolved.source.startswith("env:"):
+        variable = resolved.source.removeprefix("env:")
+        text += f". {variable} is set and wins over the endpoint in {path}: unset it to use that one"
+    return text + "."
 
 
 IN_FLIGHT: Final = (

@@ -44,10 +44,12 @@ from .transports import NAMES
 
 __all__ = [
     "Destination",
+    "endpoint_problem",
     "is_localhost_name",
     "is_loopback_host",
     "local_text",
     "no_destination_text",
+    "redact_url",
     "resolve",
     "Resolved",
     "Tuning",
@@ -111,6 +113,9 @@ class Resolved:
     destination: Destination | None
     reason: str
     """Human wording: where the destination came from, or why there is none (for ``status``)."""
+    source: str | None = None
+    """Where the endpoint came from (as :attr:`Destination.source`), also when it was refused; ``None`` when
+    nothing names one, or in local mode when sending."""
 
 
 def _bare(host: str) -> str:
@@ -153,12 +158,28 @@ SHOWN_URL_CHARS: Final = 80
 """A refused endpoint is quoted in ``status`` up to this many characters."""
 
 
+def redact_url(url: str) -> str:
+    """``url`` with the user name and password it carries (``https://user:secret@host/``) replaced by ``***``:
+    safe to print. Works on any text, a URL or not, without parsing it (a refused URL may not parse)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    userinfo, at, host = rest[:end].rpartition("@")
+    if not at:
+        return url
+    del userinfo
+    return f"{scheme}://***@{host}{rest[end:]}"
+
+
 def _shown(url: str) -> str:
+    url = redact_url(url)
     return repr(url if len(url) <= SHOWN_URL_CHARS else url[: SHOWN_URL_CHARS - 1] + "…")
 
 
-def _check_url(url: str) -> str | None:
-    """Why ``url`` is not acceptable (quoting it, saying what is wrong), or ``None`` when it is."""
+def endpoint_problem(url: str) -> str | None:
+    """Why ``url`` is not acceptable as an endpoint (quoting it, credentials redacted, saying what is wrong), or
+    ``None`` when it is: the one check of ``status``, the flusher and ``enable --endpoint``."""
     shown = _shown(url)
     if len(url) > MAX_URL_CHARS:
         return f"the endpoint is {len(url)} characters long, more than {MAX_URL_CHARS}"
@@ -251,19 +272,21 @@ def resolve(
     }.get(source, app.env_endpoint)
     if transport not in NAMES:
         return Resolved(
-            destination=None, reason=f"unknown transport {transport!r} (use {', '.join(NAMES)}; from {where})"
+            destination=None,
+            reason=f"unknown transport {transport!r} (use {', '.join(NAMES)}; from {where})",
+            source=source,
         )
-    problem = _check_url(endpoint)
+    problem = endpoint_problem(endpoint)
     if problem is not None:
-        return Resolved(destination=None, reason=f"{problem} (from {where})")
+        return Resolved(destination=None, reason=f"{problem} (from {where})", source=source)
     creds = {k: values.get(k, "").strip() for k in ("measurement_id", "api_secret", "tracking_id")}
     for key, value in creds.items():
         if value and (len(value) > 100 or not set(value) <= _ID_CHARS):
-            return Resolved(destination=None, reason=f"{key} has unexpected characters")
+            return Resolved(destination=None, reason=f"{key} has unexpected characters", source=source)
     if transport == "ga4" and not (creds["measurement_id"] and creds["api_secret"]):
-        return Resolved(destination=None, reason="transport ga4 needs measurement_id and api_secret")
+        return Resolved(destination=None, reason="transport ga4 needs measurement_id and api_secret", source=source)
     if transport == "ua" and not creds["tracking_id"]:
-        return Resolved(destination=None, reason="transport ua needs tracking_id")
+        return Resolved(destination=None, reason="transport ua needs tracking_id", source=source)
     destination = Destination(
         transport=transport,
         endpoint=endpoint,
@@ -272,7 +295,9 @@ def resolve(
         api_secret=creds["api_secret"] or None if transport == "ga4" else None,
         tracking_id=creds["tracking_id"] or None if transport == "ua" else None,
     )
-    return Resolved(destination=destination, reason=f"{transport} to {destination.redacted_url()} (from {where})")
+    return Resolved(
+        destination=destination, reason=f"{transport} to {destination.redacted_url()} (from {where})", source=source
+    )
 
 
 def local_text(app: App, decision: _hook.Decision) -> str:

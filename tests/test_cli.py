@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import textwrap
@@ -11,8 +12,10 @@ from pathlib import Path
 
 import pytest
 from conftest import AS_NOBODY, PACKAGE_FROM_CHECKOUT, ROOT_WITH_SETPRIV, Sandbox
+from polling import wait_for
+from servers import serving
 
-from spool_reporter import App, __version__, record
+from spool_reporter import App, __version__, _hook, record
 from spool_reporter._hook import Folder
 from spool_reporter._spool import read_counters
 
@@ -200,6 +203,117 @@ def test_enable_fails_when_something_stronger_says_no(sandbox: Sandbox, app: App
     result = cli(sandbox, "enable")
     assert result.returncode == 1
     assert "Reporting stays off: the system policy turns reporting off" in result.stdout
+
+
+# --- enable --endpoint: the destination written to the file this platform reads ---------------------------
+
+
+@pytest.mark.parametrize(
+    "config_home",
+    [
+        pytest.param(None, id="platform-default"),  # Linux: ~/.config, which a fresh account does not have yet
+        pytest.param("deep/er/config", id="xdg-config-home-missing"),  # an absolute XDG_CONFIG_HOME not made yet
+    ],
+)
+def test_enable_endpoint_on_a_fresh_account_writes_the_file_the_hook_reads(
+    sandbox: Sandbox, app: App, config_home: str | None
+) -> None:
+    env = {k: v for k, v in unnamed(sandbox).items() if k != "XDG_CONFIG_HOME"}
+    if config_home is not None:
+        env["XDG_CONFIG_HOME"] = str(sandbox.home / config_home)
+    expected = Path(_hook.user_config_path(app, env))
+    if config_home is None and sys.platform.startswith("linux"):
+        assert expected == sandbox.home / ".config" / "djangoanalytics"
+    assert not expected.parent.exists()
+    with serving() as server:
+        url = server.url()
+        result = cli(sandbox, "enable", "--endpoint", url, env=env)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines()[:2] == [
+            f"Wrote disable=0, endpoint={url} to {expected}.",
+            f"Destination: json to {url} (from the user config file).",
+        ]
+        assert expected.read_text() == f"disable=0\nendpoint={url}\n"
+        assert stat.S_IMODE(expected.stat().st_mode) == 0o600
+        assert stat.S_IMODE(expected.parent.stat().st_mode) == 0o700
+        data = json.loads(cli(sandbox, "status", "--json", env=env).stdout)
+        assert (data["config_file"], data["endpoint"], data["enabled"]) == (str(expected), url, True)
+        # The hook reads the same file: an event is recorded for that endpoint and a flush delivers it there.
+        assert record("startproject", app=app, environ=env)
+        (line,) = sandbox.spool_lines(app)
+        event_id = json.loads(line)["event_id"]
+        cli(sandbox, "flush", env=env)
+        wait_for(lambda: event_id in server.event_ids(), what="the event at the endpoint enable wrote")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        pytest.param("ftp://collector.example/v1/batch", id="ftp"),
+        pytest.param("http://collector.example/v1/batch", id="plain-http-remote"),
+        pytest.param("https://user:s3cret@collector.example/v1/batch", id="credentials"),
+        pytest.param("collector.example/v1/batch", id="no-scheme"),
+    ],
+)
+def test_enable_refuses_an_endpoint_that_status_refuses_and_writes_nothing(
+    sandbox: Sandbox, app: App, url: str
+) -> None:
+    env = unnamed(sandbox)
+    refused = cli(sandbox, "enable", "--endpoint", url, env=env)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert "usage: django-spool enable" in refused.stderr
+    reason = refused.stderr.splitlines()[-1].removeprefix("django-spool enable: error: ")
+    assert reason.startswith("the endpoint ")
+    assert not sandbox.config_dir.exists()  # nothing written, not even the folder
+    # The same words status gives for that value in the file; a password is shown in neither.
+    sandbox.write_user(app, f"endpoint={url}\n")
+    status = cli(sandbox, "status", env=env)
+    assert f"destination:   {reason} (from the user config file)" in status.stdout.splitlines()
+    assert "s3cret" not in refused.stderr + status.stdout
+
+
+def test_enable_endpoint_replaces_the_older_one_and_keeps_the_rest(sandbox: Sandbox, app: App) -> None:
+    env = unnamed(sandbox)
+    cid = "5d1c0a4e-8b1f-4c3a-9e2d-7f6a5b4c3d2e"
+    sandbox.write_user(
+        app, f"# mine\nEndpoint = https://old.example/a\nclient_id={cid}\nendpoint=https://older.example/b\n"
+    )
+    result = cli(sandbox, "enable", "--endpoint", "https://new.example/v1/batch", env=env)
+    assert result.returncode == 0, result.stderr
+    text = sandbox.user_file(app).read_text()
+    assert text == f"# mine\nclient_id={cid}\nendpoint=https://new.example/v1/batch\ndisable=0\n"
+    assert json.loads(cli(sandbox, "status", "--json", env=env).stdout)["endpoint"] == "https://new.example/v1/batch"
+
+
+def test_enable_local_with_an_endpoint_records_it_and_keeps_events_here(sandbox: Sandbox, app: App) -> None:
+    env = unnamed(sandbox)
+    url = "https://collector.example/v1/batch"
+    result = cli(sandbox, "enable", "--local", "--endpoint", url, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[:3] == [
+        f"Wrote disable=0, mode=local, endpoint={url} to {sandbox.user_file(app)}.",
+        f"Destination: json to {url} (from the user config file); not used in local mode.",
+        "Local mode: events are recorded on this machine and never sent. See them with: django-spool flush --dry-run",
+    ]
+    assert record("startproject", app=app, environ=env)
+    assert (len(sandbox.local_lines(app)), sandbox.spool_lines(app)) == (1, [])
+    data = json.loads(cli(sandbox, "status", "--json", env=env).stdout)
+    assert (data["local"], data["endpoint"]) == (True, url)
+    sending = cli(sandbox, "enable", env=env)  # the way to send them, to the endpoint written before
+    assert f"1 queued event will be sent to {url} by the next flusher" in sending.stdout
+
+
+def test_enable_endpoint_says_when_the_environment_wins(sandbox: Sandbox, app: App) -> None:
+    env = unnamed(sandbox, DJANGO_ANALYTICS_ENDPOINT="https://env.example/v1/batch")
+    result = cli(sandbox, "enable", "--endpoint", "https://mine.example/v1/batch", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1] == (
+        "Destination: json to https://env.example/v1/batch (from DJANGO_ANALYTICS_ENDPOINT). DJANGO_ANALYTICS_ENDPOINT "
+        f"is set and wins over the endpoint in {sandbox.user_file(app)}: unset it to use that one."
+    )
+    assert "endpoint=https://mine.example/v1/batch" in sandbox.user_file(app).read_text()
+    mine = {k: v for k, v in env.items() if k != "DJANGO_ANALYTICS_ENDPOINT"}
+    assert json.loads(cli(sandbox, "status", "--json", env=mine).stdout)["endpoint"] == "https://mine.example/v1/batch"
 
 
 def test_disable_keeps_other_keys_and_deletes_the_queue(sandbox: Sandbox, app: App) -> None:

@@ -177,6 +177,44 @@ def test_the_click_group_is_built_on_the_same_code(sandbox: Sandbox) -> None:
     assert "greet analytics flush --dry-run" in hello.stderr  # the notice names the tool's own command
 
 
+@pytest.mark.parametrize(
+    ("url", "status", "text", "error"),
+    [
+        pytest.param(
+            "https://collector.example/v1/batch", 0, "disable=0\nendpoint=https://collector.example/v1/batch\n", "",
+            id="valid",
+        ),
+        pytest.param(
+            "http://collector.example/v1/batch", 2, None, "is plain http:// to collector.example", id="refused"
+        ),
+    ],
+)  # fmt: skip
+def test_an_option_with_a_value_is_the_same_in_click_and_argparse(
+    tmp_path: Path, url: str, status: int, text: str | None, error: str
+) -> None:
+    """``enable --endpoint URL`` (an :class:`~spool_reporter.cli.Option` with a ``metavar``) in the Click group and
+    in argparse: the same file written, the same words, the same refusal."""
+    pytest.importorskip("click")
+    seen = []
+    for example in (GREET, GREET_CLICK):
+        (tmp_path / example.stem).mkdir()
+        box = Sandbox(tmp_path / example.stem)
+        done = subprocess.run(
+            [sys.executable, str(example), "analytics", "enable", "--endpoint", url],
+            env=unnamed(box), capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        written = box.config_dir / "greetanalytics"
+        seen.append((
+            done.returncode,
+            done.stdout.replace(str(box.root), "ROOT"),
+            written.read_text() if written.exists() else None,
+            done.stderr.strip().splitlines()[-1:],
+        ))  # fmt: skip
+    assert seen[0][:3] == seen[1][:3] == (status, seen[0][1], text)
+    for _, _, _, stderr in seen:  # argparse's and Click's usage error give the one reason
+        assert error in (stderr or [""])[0], seen
+
+
 def test_click_is_never_imported_by_the_package(sandbox: Sandbox) -> None:
     code = """
     import sys

@@ -177,11 +177,11 @@ LEFT_TO_THE_FLUSHER = [
 
 @pytest.mark.parametrize("url", REFUSED + LEFT_TO_THE_FLUSHER)
 def test_the_hooks_refusal_agrees_with_the_settings(url: str) -> None:
-    from spool_reporter._settings import _check_url
+    from spool_reporter._settings import endpoint_problem
 
     if _hook.refused_endpoint(url):
         assert url in REFUSED
-        assert _check_url(url) is not None  # never refuses a URL the flusher would accept
+        assert endpoint_problem(url) is not None  # never refuses a URL the flusher would accept
     else:
         assert url in LEFT_TO_THE_FLUSHER
 
