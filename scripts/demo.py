@@ -7,7 +7,8 @@ environment, so the ``.pth`` hook is armed exactly as for a user). Step by step 
    touched) and starts the self-hosted collector on a free loopback port with a temporary SQLite file;
 2. shows ``django-spool status`` there: off, because no destination is configured (the reference
    integration ships none; nothing is recorded until one is set), then points reporting at the collector
-   and opts in locally with ``django-spool enable --local``: events are recorded, nothing is sent;
+   and opts in locally with ``django-spool enable --local --endpoint URL`` (which writes the config file and
+   its missing folder): events are recorded, nothing is sent;
 3. runs real ``django-admin startproject`` and ``python manage.py startapp``: each records one event, kept
    in local mode's own folder, and the first prints the one-time notice (local mode's) on stderr; no
    flusher starts;
@@ -128,14 +129,13 @@ def main() -> int:
 
         title("2. nothing is recorded until a destination is set; point it at the collector, opt in locally")
         show([*spool, "status"], env, work, shown="django-spool status")
-        config = home / ".config" / "djangoanalytics"
-        config.parent.mkdir(parents=True, exist_ok=True)
-        with config.open("a") as f:
-            f.write(f"transport=json\nendpoint={url}\n")
-        print(f"$ echo 'endpoint={url}' >> ~/.config/djangoanalytics")
-        # The demo's home is new, and CI machines are off unless the user says yes: opt in explicitly, and
-        # locally first (recorded, never sent), to look before anything leaves.
-        show([*spool, "enable", "--local"], env, work, shown="django-spool enable --local")
+        # The demo's home is new (no config folder yet), and CI machines are off unless the user says yes: name
+        # the collector and opt in explicitly in one command, locally first (recorded, never sent), to look
+        # before anything leaves. enable writes the file this platform reads and creates its folder.
+        enable = [*spool, "enable", "--local", "--endpoint", url]
+        show(enable, env, work, shown=f"django-spool enable --local --endpoint {url}")
+        if not (home / ".config" / "djangoanalytics").is_file():
+            raise SystemExit("demo: enable --endpoint did not write the config file")
 
         title("3. real Django commands (the first prints the one-time notice; local mode: no flusher)")
         show(["django-admin", "startproject", "demo_site"], env, work, shown="django-admin startproject demo_site")
