@@ -72,16 +72,50 @@ def fenced(text: str, lang: str = "text") -> str:
     return f"\n{fence}{lang}\n{text.rstrip()}\n{fence}\n"
 
 
+def number(value: float) -> str:
+    """A number as the docs print it: thousands separators, a float's digits as the file has them."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}"  # a budget of 2.0 s reads "2 s"
+    return f"{value:,}"
+
+
+def text(value: object) -> str:
+    """A value as text for a table cell or a sentence: numbers with thousands separators, a list of plain
+    values joined by commas, a mapping of plain values as ``key: value`` pairs. Never JSON: a reader should
+    not have to parse brackets (a raw JSON list on a page is what ``tests/test_docs.py`` looks for)."""
+    if value is None:
+        return ""
+    if isinstance(value, (int, float)):
+        return number(value)
+    if isinstance(value, list):
+        return ", ".join(text(v) for v in value)
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {text(v)}" for k, v in value.items())
+    return str(value)
+
+
 def cell(value: object) -> str:
     """A Markdown table cell."""
-    text = value if isinstance(value, str) else json.dumps(value)
-    return text.replace("|", "\\|").replace("\n", " ")
+    return text(value).replace("|", "\\|").replace("\n", " ")
 
 
 def table(header: list[str], rows: list[list[object]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = ["| " + " | ".join(cell(v) for v in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n" + "\n".join(lines) + "\n"
+
+
+def is_records(value: object) -> bool:
+    """A non-empty list of mappings: a table, one row per item."""
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def records_table(records: list[dict[str, Any]]) -> str:
+    """Rows from a list of mappings; the columns are their keys, in order of first appearance."""
+    header = list(dict.fromkeys(k for r in records for k in r))
+    return table(header, [[r.get(k) for k in header] for r in records])
 
 
 def _options(body: str) -> dict[str, str]:
@@ -115,6 +149,20 @@ def _figure_name(key: str) -> str:
     return f"`{key}`"
 
 
+def _figures_tables(figures: dict[str, Any]) -> str:
+    """A ``figure | value`` table of the plain figures (a list of plain values in one cell), then a table
+    of its own for each figure that holds a mapping (``name | value``) or a list of records (columns
+    from their keys), under the figure's name."""
+    plain = [[_figure_name(k), v] for k, v in figures.items() if not isinstance(v, dict) and not is_records(v)]
+    out = [table(["figure", "value"], plain)] if plain else []
+    for key, value in figures.items():
+        if isinstance(value, dict) and value:
+            out.append(f"\n{_figure_name(key)}:\n" + table(["", "value"], [[k, v] for k, v in value.items()]))
+        elif is_records(value):
+            out.append(f"\n{_figure_name(key)}:\n" + records_table(value))
+    return "".join(out)
+
+
 def _render_json(data: Any, path: Path, level: str) -> str:
     rel = path.relative_to(REPO).as_posix()
     if not isinstance(data, dict):
@@ -140,10 +188,9 @@ def _render_json(data: Any, path: Path, level: str) -> str:
     known = {"title", "name", "command", "machine", "figures", "budgets"}
     figures = data.get("figures")
     if isinstance(figures, dict) and figures:
-        out.append(table(["figure", "value"], [[_figure_name(k), v] for k, v in figures.items()]))
-    elif isinstance(figures, list) and figures and all(isinstance(r, dict) for r in figures):
-        header = list(dict.fromkeys(k for r in figures for k in r))
-        out.append(table(header, [[r.get(k, "") for k in header] for r in figures]))
+        out.append(_figures_tables(figures))
+    elif is_records(figures):
+        out.append(records_table(figures))
     budgets = data.get("budgets")
     if isinstance(budgets, list) and budgets:
         rows = []
@@ -157,7 +204,7 @@ def _render_json(data: Any, path: Path, level: str) -> str:
         out.append("\nBudgets:\n" + table(["what", "measured", "budget", "result"], rows))
     rest = {k: v for k, v in data.items() if k not in known}
     if rest:
-        out.append(fenced(json.dumps(rest, indent=2), "json"))
+        out.append("\nAlso in the file:\n" + _figures_tables(rest))
     return "".join(out)
 
 
@@ -198,7 +245,108 @@ def generate_figures(app: Sphinx, docname: str, options: dict[str, str]) -> str:
     return "".join(out)
 
 
+# --- one figure in a sentence: {figure}`collector.json:figures.ingest[sqlite gunicorn].best` ----------------
+
+BENCHMARKS = REPO / "benchmarks"
+
+_STEP = re.compile(r"\.?(?:\[(?P<select>[^\]]+)\]|(?P<key>[^.\[\]]+))")
+
+
+class FigureError(Exception):
+    pass
+
+
+def _select(value: Any, step: str) -> Any:
+    """``[2]`` is an item of a list; ``[sqlite gunicorn]`` the one record of a list holding that text."""
+    if not isinstance(value, list):
+        raise FigureError(f"[{step}] on a {type(value).__name__}")
+    if step.isdigit():
+        if int(step) >= len(value):
+            raise FigureError(f"[{step}] past the end of a list of {len(value)}")
+        return value[int(step)]
+    found = [r for r in value if isinstance(r, dict) and step in r.values()]
+    if len(found) != 1:
+        raise FigureError(f"[{step}] matches {len(found)} records, not one")
+    return found[0]
+
+
+def lookup_json(data: Any, path: str) -> Any:
+    """The value at ``path`` (``figures.ingest[sqlite gunicorn].best``) in a generated file's ``data``."""
+    value = data
+    end = 0
+    for m in _STEP.finditer(path):
+        if m.start() != end:
+            break
+        end = m.end()
+        if m["select"] is not None:
+            value = _select(value, m["select"])
+        elif isinstance(value, dict) and m["key"] in value:
+            value = value[m["key"]]
+        else:
+            raise FigureError(f"no {m['key']!r} here")
+    if end != len(path):
+        raise FigureError(f"cannot read {path[end:]!r}")
+    return value
+
+
+def benchmark_constant(path: Path, name: str) -> Any:
+    """A module-level constant of a benchmark, read from its source (a benchmark is a script, not a package,
+    and importing one would need its database drivers)."""
+    import ast
+
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return ast.literal_eval(value)
+    raise FigureError(f"{path.name} has no constant {name}")
+
+
+def resolve_figure(reference: str) -> tuple[Path, Any]:
+    """``<file>.json:<path>`` in ``docs/_generated/``, or ``<benchmark>.py:<CONSTANT>`` in ``benchmarks/``."""
+    source, sep, path = reference.partition(":")
+    if not sep or not path:
+        raise FigureError("expected <file>.json:<path> or <benchmark>.py:<CONSTANT>")
+    if source.endswith(".json"):
+        file = GENERATED / source
+        if not file.is_file():
+            raise FigureError(f"{file.relative_to(REPO)} does not exist")
+        return file, lookup_json(json.loads(file.read_text(encoding="utf-8")), path)
+    if source.endswith(".py"):
+        file = BENCHMARKS / source
+        if not file.is_file():
+            raise FigureError(f"{file.relative_to(REPO)} does not exist")
+        return file, benchmark_constant(file, path)
+    raise FigureError(f"{source!r} is neither a generated .json file nor a benchmark .py")
+
+
+def figure_role(  # noqa: PLR0917 - docutils calls a role with these seven positional arguments
+    name: str, rawtext: str, text_: str, lineno: int, inliner: Any, options: Any = None, content: Any = None
+) -> tuple[list[Any], list[Any]]:
+    """``{figure}`collector.json:figures.ingest[sqlite gunicorn].best``` prints ``60,309``: a measured figure
+    or a budget in a sentence, read at build time from where the benchmark wrote or defined it, so a page
+    never shows a number that the last run contradicts. A reference that does not resolve is a warning
+    (a failed build under ``-W``)."""
+    from docutils import nodes
+
+    env = inliner.document.settings.env
+    try:
+        file, value = resolve_figure(text_.strip())
+        if isinstance(value, (dict, list)) or value is None:
+            raise FigureError(f"{text_!r} is a {type(value).__name__}, not one figure")
+    except (FigureError, OSError, ValueError, SyntaxError) as exc:
+        logger.warning("figure: %s: %s", text_, exc, location=(env.docname, lineno))
+        return [nodes.problematic(rawtext, rawtext)], []
+    env.note_dependency(file)
+    return [nodes.inline(rawtext, text(value), classes=["spool-figure"])], []
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("source-read", _on_source_read)
+    app.add_role("figure", figure_role)
     register("figures", generate_figures)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
