@@ -46,4 +46,5 @@ autodoc_preserve_defaults = True
 # (scripts/docs_shots.py checks every page at 390 and 1280 px in headless Chromium).
 html_theme = "furo"
 html_static_path = ["_static"]
+html_css_files = ["spool.css"]  # the field table of what-is-sent.md, stacked on a phone
 html_title = f"spool_reporter {release}"

@@ -125,7 +125,10 @@ def generate_fields(app: Sphinx, docname: str, options: dict[str, str]) -> str:
     for name in fields:
         meaning, sample = documented.get(name, ("", ""))
         rows.append([f"`{name}`", meaning, sample, f"`{json.dumps(example.get(name))}`"])
-    return table(["field", "meaning", "example (docstring)", "this build machine"], rows)
+    # In a container of its own class: on a phone, docs/_static/spool.css stacks each row into a card, so
+    # "this build machine" -- the column the table is for -- is on screen, not past a sideways scroll.
+    header = ["field", "meaning", "example (docstring)", "this build machine"]
+    return "\n:::{container} spool-fields\n" + table(header, rows) + ":::\n"
 
 
 def generate_example(app: Sphinx, docname: str, options: dict[str, str]) -> str:
