@@ -23,6 +23,10 @@ The rules every generator follows:
 * the page notes a dependency on what it was generated from, so an incremental build re-reads it.
 
 An unknown generator name is left in place, and MyST then reports the unknown directive (a build error).
+
+One figure inside a sentence is the ``{figure}`` role: ``{figure}`flush.json:figures.wall_s``` prints the
+value from ``docs/_generated/flush.json``, ``{figure}`bench_flush.py:WALL_BUDGET_S``` a benchmark's budget
+constant. ``tests/test_docs.py`` fails on a measured figure or budget typed by hand on a page.
 """
 
 from __future__ import annotations
