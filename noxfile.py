@@ -31,6 +31,10 @@ pillow reads the public page's screenshots in tests/test_public_browser.py. file
 protocol is tested against (tests/test_lock_interop.py): another program holding spool.lock through filelock
 excludes the hook, and the reverse; the package itself takes every lock through the folder's descriptor."""
 
+DOCS_DEPS = ["sphinx>=7", "myst-parser>=3", "furo>=2024.8.6"]
+"""The docs build's tools: the ``docs`` session, and the docs tests (``tests/test_docs.py``), which the ``tests``
+session runs on ``FAULTS_PYTHON`` only (one Sphinx build of about 5 s; the docs do not depend on the Python)."""
+
 
 DJANGO_SERIES: dict[str, tuple[str, ...]] = {
     # Django 4.2 LTS and 5.2 LTS run on 3.10-3.13; 6.0 and 6.1 need Python 3.12 or newer (6.1: 3.12-3.15).
@@ -63,9 +67,15 @@ def tests(session: nox.Session) -> None:
     the ``django`` session, and the fault suite (at CI size) only on ``FAULTS_PYTHON``. The ``collector`` extra
     (psycopg, gunicorn) is installed so that the PostgreSQL and gunicorn tests run on every Python: they start
     one PostgreSQL per session (~3 s) and a few gunicorn processes (~10 s in all)."""
-    session.install(".[collector]", *TEST_DEPS)
-    marker = "not django" if session.python == FAULTS_PYTHON else "not django and not faults"
-    session.run("pytest", "-m", marker, *session.posargs, env={"PYTHONHASHSEED": "0"})
+    env = {"PYTHONHASHSEED": "0"}
+    if session.python == FAULTS_PYTHON:
+        session.install(".[collector]", *TEST_DEPS, *DOCS_DEPS)
+        env["SPOOL_REPORTER_DOCS_TESTS"] = "required"
+        marker = "not django"
+    else:
+        session.install(".[collector]", *TEST_DEPS)
+        marker = "not django and not faults"
+    session.run("pytest", "-m", marker, *session.posargs, env=env)
 
 
 @nox.session(python=PYTHONS)
@@ -110,7 +120,7 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(python=TOOLS_PYTHON)
 def docs(session: nox.Session) -> None:
     """Build the Sphinx site with warnings as errors."""
-    session.install(".[click]", "sphinx>=7", "myst-parser>=3", "furo>=2024.8.6")  # click: the Click group's API page
+    session.install(".[click]", *DOCS_DEPS)  # click: the Click group's API page
     out = session.posargs[0] if session.posargs else "docs/_build/html"
     session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", out)
 
