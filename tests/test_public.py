@@ -789,7 +789,8 @@ def test_document_shows_the_final_release_when_both_were_made_in_the_same_second
 
 def test_document_of_nothing() -> None:
     doc = document([], Publishing())
-    assert doc["made"] is None
+    assert (doc["made"], doc["first_week"]) == (None, None)
+    assert document([], Publishing(), first_week="2026-W40")["first_week"] == "2026-W40"
     assert (doc["weeks"], doc["months"], doc["quarters"], doc["years"]) == ([], [], [], [])
     assert "differential privacy" in str(doc["guarantee"])
 

@@ -15,9 +15,11 @@ installs it.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import json
+import re
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,12 +27,14 @@ from pathlib import Path
 import pytest
 from cdp import Browser, Page, find_chromium
 from PIL import Image
-from test_collector_processes import Served, start_server
-from test_public_page import HOSTILE, START, _hostile_releases, close_released, population, released  # noqa: F401 - close_released: the fixture, here too
+from test_collector_processes import start_server
+from test_collector_rollup import DAY, row
+from test_public_page import HOSTILE, NOW, START, _hostile_releases, close_released, population, released  # noqa: F401 - close_released: the fixture, here too
 
 from spool_reporter.collector import Publishing, Stats, Week, render_html
 from spool_reporter.collector._public import document
 from spool_reporter.collector._report import render_public
+from spool_reporter.collector._store import Row
 from spool_reporter.collector._svg import LABEL_Y
 
 CHROMIUM = find_chromium()
@@ -67,21 +71,29 @@ def page(browser: Browser) -> Iterator[Page]:
         tab.close()
 
 
-@pytest.fixture
-def served(tmp_path: Path, sandbox: object) -> Iterator[Served]:
-    """``collector serve --port 0`` as a real process over a database of released numbers: 3000 developers over
-    October and November 2026, rolled up on 2026-12-04 (final weeks, provisional weeks and a month)."""
-    db = tmp_path / "collector.sqlite3"
-    released(db, population()).close()
-    srv = start_server(db, sandbox.env, tmp_path, "--rollup-every", "0")  # type: ignore[attr-defined]
+@contextlib.contextmanager
+def serving(tmp_path: Path, env: dict[str, str], rows: list[Row], *, now: float = NOW) -> Iterator[str]:
+    """``collector serve --port 0`` as a real process over a database holding ``rows`` and the releases the real
+    roll-up made at ``now`` (``--rollup-every 0``: the server makes none by its own clock); yields its base URL."""
+    db = tmp_path / f"collector-{len(rows)}-{now:.0f}.sqlite3"
+    released(db, rows, now=now).close()
+    srv = start_server(db, env, tmp_path, "--rollup-every", "0")
     try:
-        yield srv
+        yield srv.url.removesuffix("/v1/batch")
     finally:
         if srv.proc.poll() is None:
             srv.proc.kill()
             srv.proc.wait(10)
         if srv.proc.stdout is not None:
             srv.proc.stdout.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path, sandbox: object) -> Iterator[str]:
+    """The base URL of a real ``collector serve`` over 3000 developers over October and November 2026, rolled
+    up on 2026-12-04 (final weeks, provisional weeks and a month)."""
+    with serving(tmp_path, sandbox.env, population()) as base:  # type: ignore[attr-defined]
+        yield base
 
 
 _LAYOUT_JS = (
@@ -95,11 +107,16 @@ _LAYOUT_JS = (
                    return r.width > 0 && (r.right > width + 0.5 || r.left < -0.5); })
     .map(e => e.tagName + ' ' + (e.className.baseVal || e.className || '') + ' ' + e.textContent.slice(0, 40));
   const tables = [...document.querySelectorAll('div.table')].map(d => {
+    const edges = d.getBoundingClientRect();  // the body cells out of sight before any scrolling
+    const hidden = [...d.querySelectorAll('tbody td, tbody th')]
+      .filter(c => { const r = c.getBoundingClientRect();
+                     return r.left < edges.left - 1 || r.right > edges.right + 1; })
+      .map(c => c.textContent);
     d.scrollLeft = d.scrollWidth;  // as far right as a reader can scroll
     const region = d.getBoundingClientRect();
     const cells = d.querySelector('thead tr').cells;
     const last = cells[cells.length - 1].getBoundingClientRect();
-    const result = { id: d.querySelector('caption').id, scrolls: d.scrollWidth > d.clientWidth + 1,
+    const result = { id: d.querySelector('caption').id, scrolls: d.scrollWidth > d.clientWidth + 1, hidden,
                      region: [region.left, region.right], lastColumn: [last.left, last.right],
                      rows: d.querySelector('table').rows.length, box: box(d) };
     d.scrollLeft = 0;
@@ -132,8 +149,13 @@ def _colours(png: bytes, box: list[float]) -> set[tuple[int, int, int]]:
     return {rgb for _, rgb in image.crop((left, top, left + width, top + height)).getcolors(1 << 20) or []}
 
 
+PHONE = 640
+"""Up to this width (40rem) a table shows each row as a block, and no table scrolls sideways (``_report._CSS``)."""
+
+
 def _check_layout(found: dict[str, object], width: int) -> None:
-    """Nothing sticks out sideways; each table's last column can be scrolled into view; labels do not overlap."""
+    """Nothing sticks out sideways; each table's last column can be scrolled into view, and on a phone every cell
+    is in sight without scrolling; labels do not overlap."""
     assert found["width"] == width
     assert found["scrollWidth"] <= width, found["outside"]  # the page itself never scrolls sideways
     assert found["outside"] == []
@@ -144,6 +166,9 @@ def _check_layout(found: dict[str, object], width: int) -> None:
         first, last = table["lastColumn"]  # the last column, once scrolled to, is whole
         assert first >= left - 1, table
         assert last <= right + 1, table
+        if width <= PHONE:
+            assert not table["scrolls"], table
+            assert table["hidden"] == [], table
     for labels in found["labels"]:  # type: ignore[attr-defined]
         spans = sorted(labels)
         assert len(spans) >= 2
@@ -151,8 +176,8 @@ def _check_layout(found: dict[str, object], width: int) -> None:
             assert right <= left, spans
 
 
-def test_the_served_page_at_phone_tablet_and_desktop_width(served: Served, page: Page, tmp_path: Path) -> None:
-    base = served.url.removesuffix("/v1/batch")
+def test_the_served_page_at_phone_tablet_and_desktop_width(served: str, page: Page, tmp_path: Path) -> None:
+    base = served
     doc = json.loads(served_get(base + "/v1/stats"))
     latest = doc["weeks"][-1]
     for width in WIDTHS:
@@ -203,8 +228,6 @@ def test_the_served_page_at_phone_tablet_and_desktop_width(served: Served, page:
         # threshold (77) that week, and the fold of the rest: at least two bars a week whatever the noise.
         assert charts["versions"]["rects"] >= 9 * 2
         assert found["tables"][0]["rows"] == 1 + 9  # the trend's table: a header and the released weeks
-        if width <= 390:  # the widest table does scroll on a phone, so the check of its last column meant something
-            assert any(t["scrolls"] for t in found["tables"])
         png = page.screenshot()
         (tmp_path / f"page-{width}.png").write_bytes(png)
         image = Image.open(io.BytesIO(png))
@@ -280,3 +303,106 @@ def test_problems_are_seen(page: Page) -> None:
     assert any("Content Security Policy" in p for p in page.problems()), page.problems()
     page.load("data:text/html,<script>console.error('boom')</script>")
     assert any("console.error" in p and "boom" in p for p in page.problems()), page.problems()
+
+
+# -- a phone: every column in sight; what the page says when numbers are few, or none are released -----------
+
+_COLUMNS_JS = """(() => ({
+  width: document.documentElement.clientWidth,
+  scrollWidth: document.documentElement.scrollWidth,
+  tables: [...document.querySelectorAll('div.table')].map(d => {
+    const region = d.getBoundingClientRect();
+    return {
+      id: d.querySelector('caption').id, scrolls: d.scrollWidth > d.clientWidth + 1,
+      region: [region.left, region.right],
+      head: [...d.querySelectorAll('thead th')].map(th => th.textContent),
+      rows: [...d.querySelectorAll('tbody tr')].map(tr => [...tr.cells].map(c => {
+        const r = c.getBoundingClientRect();
+        return { text: c.textContent, label: getComputedStyle(c, '::before').content, box: [r.left, r.right] };
+      })),
+    };
+  }),
+}))()"""
+
+WIDE_VERSIONS = ("3.0", "3.1", "3.2", "4.0", "4.1", "4.2", "5.0", "5.1", "5.2", "6.0", "0.96")
+"""Ten Django versions of the released list and one that is not ("other"), each used by some 180 developers a
+week: nine named columns, "other" and the folded values, the widest table a week's release can make."""
+
+
+def test_every_column_of_the_widest_table_is_in_sight_on_a_phone(page: Page, tmp_path: Path, sandbox: object) -> None:
+    rows = [row(c, START + (c % 14) * DAY, version=WIDE_VERSIONS[c % len(WIDE_VERSIONS)]) for c in range(4000)]
+    with serving(tmp_path, sandbox.env, rows) as base:  # type: ignore[attr-defined]
+        for width in (360, 390):
+            page.viewport(width, 900)
+            page.load(base + "/")
+            found = page.evaluate(_COLUMNS_JS)
+            assert page.problems() == [], page.problems()
+            assert found["width"] == width
+            assert found["scrollWidth"] <= width  # the page never scrolls sideways
+            tables = {t["id"]: t for t in found["tables"]}
+            versions = tables["versions-table-c"]
+            assert len(versions["head"]) == 1 + 9 + 1 + 1, versions["head"]  # the week, 9 named, other, the fold
+            assert versions["head"][-2] == "other"
+            assert versions["head"][-1].startswith("fewer than 77 each, and 1 less common value")
+            for table in found["tables"]:
+                left, right = table["region"]
+                assert not table["scrolls"], (width, table["id"])  # nothing to scroll to: every cell is in sight
+                for cells in table["rows"]:
+                    for cell in cells:
+                        cell_left, cell_right = cell["box"]
+                        assert left - 1 <= cell_left < cell_right <= right + 1, (width, table["id"], cell)
+                        assert cell_right <= width
+            # Each cell of a full row stands under its column's name (the header row is for screen readers).
+            full = [cells for cells in versions["rows"] if len(cells) == len(versions["head"])]
+            assert len(full) >= 2  # the weeks with shares (the later, empty weeks say "fewer than 37 developers")
+            for cells in full:
+                assert [c["label"] for c in cells[1:]] == [json.dumps(h) for h in versions["head"][1:]]
+            other = full[0][-2]
+            assert other["label"] == '"other"'
+            assert other["text"][:1].isdigit() or other["text"].startswith("fewer than"), other
+
+
+def _page_text(page: Page, url: str) -> str:
+    page.viewport(390, 900)
+    page.load(url)
+    assert page.problems() == [], page.problems()
+    found = page.evaluate("({ text: document.body.innerText, width: document.documentElement.scrollWidth })")
+    assert found["width"] <= 390
+    return " ".join(str(found["text"]).split())
+
+
+def test_few_developers_say_fewer_than_n_and_when_the_page_changes(page: Page, tmp_path: Path, sandbox: object) -> None:
+    # Five developers a week: every number released is below its N (the margin, 37, for a week's total).
+    rows = [row(c, START + (c % 60) * DAY) for c in range(45)]
+    with serving(tmp_path, sandbox.env, rows) as base:  # type: ignore[attr-defined]
+        doc = json.loads(served_get(base + "/v1/stats"))
+        assert {w["developers"].get("fewer_than") for w in doc["weeks"]} == {37}
+        with urllib.request.urlopen(base + "/", timeout=20) as response:  # a loopback http URL of the test
+            assert response.headers["Cache-Control"] == "no-store"  # every reload asks: the page says when it changes
+        text = _page_text(page, base + "/")
+    assert "Fewer than 37 developers in 2026-W48, provisional." in text
+    assert "Nothing released" not in text
+    assert re.search(r"(?<!than )\b\d+ developers\b", text) is None  # no count of developers, 0 included
+    assert (
+        "Released 2026-12-04 12:00 UTC (the newest release). This page shows stored releases, not live counts: it "
+        "changes only when a release is made, and shows a new one within 10 seconds." in text
+    )
+    assert "Next: the provisional release of 2026-W49, once that week has ended: from Monday 2026-12-07" in text
+
+
+def test_nothing_released_says_when_the_first_release_is_due(page: Page, tmp_path: Path, sandbox: object) -> None:
+    # Developers below any threshold, in a week that has not ended: nothing is released, and the page says
+    # nothing about them -- neither "0" nor "fewer than N", which would be a statement about the data.
+    rows = [row(c, START) for c in range(3)]
+    with serving(tmp_path, sandbox.env, rows, now=START) as base:  # type: ignore[attr-defined]
+        doc = json.loads(served_get(base + "/v1/stats"))
+        assert (doc["made"], doc["first_week"], doc["weeks"]) == (None, "2026-W40", [])
+        text = _page_text(page, base + "/")
+    assert "Nothing released yet: a week's numbers are released once it has ended" in text
+    assert (
+        "First: the provisional release of 2026-W40, the first week released, once it has ended: from Monday "
+        "2026-10-05 00:00 UTC, within the collector's roll-up interval (an hour by default). Until then nothing is "
+        "published about how many developers there are, nor whether there are any." in text
+    )
+    assert re.search(r"\b\d+ developers\b", text) is None
+    assert "fewer than" not in text.split("How these numbers are made")[0].lower()

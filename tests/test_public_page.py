@@ -333,6 +333,9 @@ def test_nothing_released_says_so(tmp_path: Path, app: str) -> None:
     root = _parse(page)
     text = _text(root)
     assert "Nothing released yet: a week's numbers are released once it has ended" in text
+    assert (
+        "First: the provisional release of 2026-W40, the first week released, once it has ended: from Monday " in text
+    )
     assert re.search(r"\b0 developers", text) is None
     assert "About" not in text
     assert f"<h1><bdi>{app}</bdi> developers per week</h1>" in page
@@ -473,6 +476,9 @@ def test_any_text_gives_a_well_formed_page(
     page = render_public(document(changed, Publishing(app=app, licence=licence, min_count=1)))
     page.encode("utf-8")
     _parse(page)
+    # Before the first release the page names the first week released, as the database holds it.
+    for first_week in (day, "9999-W52", "0001-W01", f"2026-W{day[:2]}"):
+        _parse(render_public(document([], Publishing(app=app), first_week=first_week)))
 
 
 def test_the_policy_allows_exactly_the_page_stylesheet(page: str) -> None:

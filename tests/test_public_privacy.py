@@ -548,7 +548,7 @@ def test_snapshots_from_four_processes_see_only_the_releases(
         polls = 0
 
         def expected() -> bytes:
-            doc = document(roller.store.releases("Django"), roller.publishing)
+            doc = document(roller.store.releases("Django"), roller.publishing, first_week=roller.store.first_week())
             return json.dumps(doc, ensure_ascii=True).encode("ascii")
 
         def poll() -> None:

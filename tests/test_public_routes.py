@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,7 +84,7 @@ class Public:
     def expected(self) -> dict[str, bytes]:
         """What the releases stored now must be served as."""
         releases = self.app.store.releases("Django")
-        doc = document(releases, PUBLISHING)
+        doc = document(releases, PUBLISHING, first_week=WEEK)
         assert public(self.app.store, publishing=PUBLISHING) == doc  # the public API reads the same
         return {
             "/v1/stats": json.dumps(doc, ensure_ascii=True).encode("ascii"),
@@ -220,15 +221,21 @@ def test_routes_serve_the_stored_releases_and_nothing_else_changes_them(served: 
     assert served.served() == second
 
 
-def test_a_request_starts_the_rollup_that_makes_a_due_release(tmp_path: Path) -> None:
+def test_a_request_starts_the_rollup_that_makes_a_due_release(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Releases fall due with time: a GET (not only a batch) starts the background roll-up, at the collector's
-    own clock; the answers then serve what it made."""
+    own clock; the answers then serve what it made, and the operator's log says what was released and when the
+    page shows it."""
+    caplog.set_level(logging.INFO, logger="spool_reporter.collector")
     collector = Public(str(tmp_path / "c.sqlite3"), rollup_every=3600)
     try:
         collector.clock.now = at(monday(WEEK) + datetime.timedelta(days=8))
         collector.get("/v1/stats")  # answered at once, with or without the release: the roll-up runs beside it
         assert collector.app.wait_rollup(30)
         assert [(r.period, r.kind) for r in collector.app.store.releases("Django")] == [(WEEK, PROVISIONAL)]
+        made = iso_time(collector.clock.now)
+        assert [r.getMessage() for r in caplog.records if "released" in r.getMessage()] == [
+            f"collector: released publicly: {WEEK} provisional (made {made}); GET / shows it within 0 s"
+        ]
         assert collector.served() == collector.expected()
         assert json.loads(collector.get("/v1/stats").data)["weeks"][0]["week"] == WEEK
     finally:

@@ -223,7 +223,7 @@ def public(db: str | os.PathLike[str] | Store, *, publishing: Publishing | None 
     publishing = publishing or Publishing()
     store = db if isinstance(db, Store) else open_store(db, create=False)
     try:
-        return document(store.releases(publishing.app), publishing)
+        return document(store.releases(publishing.app), publishing, first_week=store.first_week())
     finally:
         if store is not db:
             store.close()

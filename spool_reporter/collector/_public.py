@@ -148,8 +148,12 @@ def _period(body: dict[str, object], min_count: int, week_epsilon: float | None)
     return out
 
 
-def document(releases: Sequence[Release], publishing: Publishing) -> dict[str, object]:
-    """The public document (``GET /v1/stats``) of ``releases``: each period's newest release, post-processed."""
+def document(releases: Sequence[Release], publishing: Publishing, *, first_week: str = "") -> dict[str, object]:
+    """The public document (``GET /v1/stats``) of ``releases``: each period's newest release, post-processed.
+
+    ``first_week`` is the first ISO week released (``release_state``: a date of the calendar or the operator's
+    choice, never of the data), from which the page works out when the first release is due.
+    """
     newest: dict[str, dict[str, object]] = {}
     spent: dict[str, float] = {}
     made = ""
@@ -173,6 +177,7 @@ def document(releases: Sequence[Release], publishing: Publishing) -> dict[str, o
         "min_count": publishing.min_count,
         "licence": publishing.licence,
         "made": made or None,
+        "first_week": first_week or None,
         "downloads": {"json": RELEASES_JSON_PATH, "csv": RELEASES_CSV_PATH},
     }
     for unit, key in UNITS:
@@ -234,7 +239,8 @@ Answer = tuple[int, bytes, str, list[tuple[str, str]]]
 
 
 class Served:
-    """The public answers of one process, rebuilt only when a release was added (:data:`CHECK_SECONDS`).
+    """The public answers of one process, rebuilt only when a release was added, or the first week released
+    changed (checked every :data:`CHECK_SECONDS`).
 
     Every answer is a function of the stored releases and the :class:`Publishing` settings alone, so all
     processes serve the same bytes. Each answer is built when it is first asked for (the page and the document
@@ -247,7 +253,7 @@ class Served:
         self.publishing = publishing
         self.check_every = check_every
         self._lock = threading.Lock()
-        self._mark: tuple[int, str] | None = None
+        self._mark: tuple[tuple[int, str], str] | None = None
         self._checked = -1e18  # monotonic
         self._releases: list[Release] = []
         self._doc: dict[str, object] = {}
@@ -266,10 +272,13 @@ class Served:
     def _refresh(self) -> None:
         app = self.publishing.app
         try:
-            mark = self.store.release_mark(app)
+            with self.store.reading(quick=True) as reader:  # a request waits: bounded, as the mark's read is
+                first_week = self.store.first_week(reader)  # the operator may set it at any time: the page names it
+            mark = (self.store.release_mark(app), first_week)
             if mark != self._mark:
                 releases = self.store.releases(app)
-                self._releases, self._doc, self._answers = releases, document(releases, self.publishing), {}
+                doc = document(releases, self.publishing, first_week=first_week)
+                self._releases, self._doc, self._answers = releases, doc, {}
                 self._mark = mark
         except CollectorError:
             if self._mark is None:

@@ -35,7 +35,7 @@ import re
 from spool_reporter._event import OTHER
 from spool_reporter._version import __version__
 
-from ._public import RELEASES_CSV_PATH, RELEASES_JSON_PATH, STATS_PATH
+from ._public import CHECK_SECONDS, RELEASES_CSV_PATH, RELEASES_JSON_PATH, STATS_PATH
 from ._release import FINAL, PROVISIONAL, PROVISIONAL_SHARE
 from ._stats import plural
 from ._store import DEFAULT_MAX_AGE_DAYS
@@ -114,6 +114,17 @@ thead th.fold { min-width: 11rem; }
 caption span { position: sticky; left: .6rem; display: inline-block; max-width: calc(100cqw - 1.2rem); }
 .n { text-align: right; font-variant-numeric: tabular-nums; }
 td.none { color: #787c82; white-space: normal; }
+/* A phone stacks each table row: the week, then its cells side by side as far as they fit, each under its
+   column's name, so that no column is ever out of sight. The header row stays for screen readers only. */
+@media (max-width: 40rem) {
+  .table table, .table tbody, .table caption { display: block; }
+  .table thead { position: absolute; width: 1px; height: 1px; overflow: hidden; clip-path: inset(50%); }
+  .table tr { display: grid; grid-template-columns: repeat(auto-fill, minmax(6.5rem, 1fr)); gap: 0 .4rem;
+              padding: .3rem .6rem; border-bottom: 1px solid #ececec; }
+  .table th, .table td { border: 0; padding: .1rem 0; text-align: left; white-space: normal; }
+  .table tbody th, .table td.none { grid-column: 1 / -1; }
+  .table td[data-label]::before { content: attr(data-label); display: block; font-size: .75rem; color: #50575e; }
+}
 .method li { margin: .3rem 0; max-width: 48rem; }
 footer { margin-top: 2.5rem; font-size: .8rem; color: #787c82; }
 """
@@ -195,6 +206,9 @@ def _chart_section(ident: str, heading: str, figure: str, table: str) -> str:
 
 
 def _table(ident: str, caption: str, head: list[str], rows: list[str]) -> str:
+    """A data table in its own scroll region. On a phone (:data:`_CSS`) each row is shown as a block, its cells
+    side by side as far as they fit, each under its column's name (the cell's ``data-label``, escaped), so
+    that no column is ever out of sight, however many values a breakdown has."""
     return (
         f'<div class="table" role="region" aria-labelledby="{ident}-c" tabindex="0"><table>'
         f'<caption id="{ident}-c"><span>{caption}</span></caption><thead><tr>{"".join(head)}</tr></thead>'
@@ -329,11 +343,14 @@ def _number(value: Estimate) -> str:
     return f'{value.estimate:,} <span class="ci">({value.low:,}{_DASH}{value.high:,})</span>'
 
 
-def _number_cells(value: Estimate) -> str:
-    """The estimate and the interval in two cells; "fewer than N" across both."""
+def _number_cells(value: Estimate, label: str) -> str:
+    """The estimate and the interval in two cells; "fewer than N" across both. ``label``: the estimate's column."""
     if value.fewer_than:
-        return f'<td class="n" colspan="2">fewer than {value.fewer_than:,}</td>'
-    return f'<td class="n">{value.estimate:,}</td><td class="n">{value.low:,}{_DASH}{value.high:,}</td>'
+        return f'<td class="n" colspan="2" data-label="{label}">fewer than {value.fewer_than:,}</td>'
+    return (
+        f'<td class="n" data-label="{label}">{value.estimate:,}</td>'
+        f'<td class="n" data-label="95{_NBSP}% interval">{value.low:,}{_DASH}{value.high:,}</td>'
+    )
 
 
 def _kind(release: str) -> str:
@@ -357,16 +374,29 @@ def _headline(weeks: Sequence[_Released]) -> str:
     )
 
 
-def _schedule(made: str, weeks: Sequence[_Released]) -> str:
-    """When the numbers were released and when the next releases are due, from the releases' own dates only.
+def _schedule(made: str, weeks: Sequence[_Released], first_week: str) -> str:
+    """When the numbers were released and when the next releases are due, from the releases' own dates (and,
+    before the first, the first week released) only.
 
     A week's provisional release is made by the first roll-up after it ended (Monday 00:00 UTC), so within the
     collector's roll-up interval; its final one by the first roll-up after it closed, which is the collector's
     maximum event age after it ended. Neither is in the document: the page says "from" and names the default.
+    A process serving the page sees a new release within :data:`._public.CHECK_SECONDS`.
     """
     items = []
     if made:
-        items.append(f"<li>Released {_when(made)} (the newest release).</li>")
+        items.append(
+            f"<li>Released {_when(made)} (the newest release). This page shows stored releases, not live counts: "
+            f"it changes only when a release is made, and shows a new one within {CHECK_SECONDS:.0f} seconds.</li>"
+        )
+    first = _monday(first_week) if not weeks else None
+    if first is not None and first.year < datetime.MAXYEAR:
+        items.append(
+            f"<li>First: the provisional release of <bdi>{esc(first_week)}</bdi>, the first week released, once it "
+            f"has ended: from Monday {(first + datetime.timedelta(days=7)).isoformat()} 00:00 UTC, within the "
+            "collector's roll-up interval (an hour by default). Until then nothing is published about how many "
+            "developers there are, nor whether there are any.</li>"
+        )
     latest = _day(weeks[-1].last_day) if weeks else None
     if latest is not None:
         ends = latest + datetime.timedelta(days=8)
@@ -425,8 +455,9 @@ def _public_trend(weeks: Sequence[_Released], window: list[str]) -> str:
         empty="No week has been released yet.",
     )
     rows = [
-        f'<tr><th scope="row"><bdi>{esc(w.name)}</bdi></th>{_number_cells(w.developers)}'
-        f'<td>{_kind(w.release)}</td><td class="n">{_eps(w.epsilon)}</td></tr>'
+        f'<tr><th scope="row"><bdi>{esc(w.name)}</bdi></th>{_number_cells(w.developers, "Developers")}'
+        f'<td data-label="Release">{_kind(w.release)}</td>'
+        f'<td class="n" data-label="&#949; spent">{_eps(w.epsilon)}</td></tr>'
         for w in reversed([known[label] for label in window if label in known])
     ]
     head = [
@@ -521,13 +552,14 @@ def _public_breakdown(
             row = f'<td class="none" colspan="{len(series) + 1}">{note}</td>'
         else:
             row = "".join(
-                f'<td class="n">{_number(cells[s.label])}</td>' if s.label in cells else f'<td class="n">{_DASH}</td>'
+                f'<td class="n" data-label="{esc(s.label)}">'
+                f"{_number(cells[s.label]) if s.label in cells else _DASH}</td>"
                 for s in series
             )
             bar = bars.get(week.name) or {}
             whole = sum(bar.values())
             share = f"{100 * bar[fold.key] / whole:.0f}{_NBSP}%" if whole and fold.key in bar else _DASH
-            row += f'<td class="n">{share}</td>'
+            row += f'<td class="n" data-label="{esc(fold_label)}: share">{share}</td>'
         rows.append(f'<tr><th scope="row"><bdi>{esc(week.name)}</bdi></th>{row}</tr>')
     caption = f"{esc(heading)}: estimated developers (95{_NBSP}% interval), newest week first"
     table = _table(f"{ident}-table", caption, head, rows)
@@ -542,8 +574,10 @@ def _periods_section(periods: Sequence[_Released]) -> str:
     ordered = sorted(periods, key=lambda p: (p.last_day, -_UNIT_ORDER.get(p.unit, 3), p.name), reverse=True)
     if ordered:
         rows = [
-            f'<tr><th scope="row"><bdi>{esc(p.name)}</bdi></th><td>{esc(p.unit)}</td>{_number_cells(p.developers)}'
-            f'<td class="n">{_eps(p.epsilon)}</td><td>{_date(p.made)}</td></tr>'
+            f'<tr><th scope="row"><bdi>{esc(p.name)}</bdi></th><td data-label="Unit">{esc(p.unit)}</td>'
+            f"{_number_cells(p.developers, 'Distinct developers')}"
+            f'<td class="n" data-label="&#949;">{_eps(p.epsilon)}</td><td data-label="Released">{_date(p.made)}</td>'
+            "</tr>"
             for p in ordered
         ]
         head = [
@@ -665,7 +699,7 @@ def render_public(doc: dict[str, object]) -> str:
         "spool_reporter collector from the reports of its developer commands, and released with differential "
         "privacy: every number is an estimate with random noise added, shown with its 95&#160;% interval.</p>"
         f"{_headline(weeks)}"
-        f"{_schedule(_str(doc.get('made')), weeks)}"
+        f"{_schedule(_str(doc.get('made')), weeks, _str(doc.get('first_week')))}"
         f'<p>Every release: <a href="{esc(json_path)}">JSON</a>, <a href="{esc(csv_path)}">CSV</a>. '
         f"Licence: {_licence(_str(doc.get('licence')))}. How these numbers are made, and what they protect: "
         "below.</p>"
@@ -711,7 +745,8 @@ def _trend_section(weeks: Sequence[Week], window: list[str]) -> str:
     span = f", {window[0]} to {window[-1]}" if window else ""
     chart = trend("trend", f"Distinct developers per ISO week{span}", points, empty="No events have been received yet.")
     rows = [
-        f'<tr><th scope="row">{esc(w.week)}</th><td class="n">{w.developers:,}</td><td class="n">{w.events:,}</td></tr>'
+        f'<tr><th scope="row">{esc(w.week)}</th><td class="n" data-label="Developers">{w.developers:,}</td>'
+        f'<td class="n" data-label="Events">{w.events:,}</td></tr>'
         for w in reversed([known[label] for label in window if label in known])
     ]
     head = [
@@ -747,9 +782,8 @@ def _breakdown_section(section: tuple[str, str, str, str], weeks: Sequence[Week]
             cells = f'<td class="none" colspan="{max(1, len(names))}">none</td>'
         else:
             cells = "".join(
-                f'<td class="n">{counts[s]:,} ({100 * counts[s] / total:.0f}%)</td>'
-                if s in counts
-                else f'<td class="n">{_DASH}</td>'
+                f'<td class="n" data-label="{esc(s)}">'
+                f"{f'{counts[s]:,} ({100 * counts[s] / total:.0f}%)' if s in counts else _DASH}</td>"
                 for s in names
             )
         rows.append(f'<tr><th scope="row">{esc(week.week)}</th>{cells}</tr>')

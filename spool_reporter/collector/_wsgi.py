@@ -397,6 +397,14 @@ class Collector:
     def _background_rollup(self) -> None:
         try:
             done = self.rollup()
+            if done.released:  # what the public page says it shows, and when: the operator learns it here
+                names = ", ".join(f"{r.period} {r.kind}" for r in done.released)
+                _LOG.info(
+                    "collector: released publicly: %s (made %s); GET / shows it within %.0f s",
+                    names,
+                    done.released[-1].made,
+                    self.public.check_every,
+                )
             if done.release_error and done.release_error != self._release_error:
                 _LOG.warning("collector: no public release made: %s", done.release_error)
             self._release_error = done.release_error
