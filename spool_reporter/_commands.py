@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from . import SpoolReporterError, _consent, _files, _hook, _plan, _settings, _spool, _state
+from ._cli_common import print_error
 from ._hook import App
 
 if TYPE_CHECKING:
@@ -60,10 +61,6 @@ class CommandError(SpoolReporterError):
 
 def _out(text: str = "", *, stream: TextIO | None = None) -> None:
     (stream or sys.stdout).write(text + "\n")
-
-
-def print_error(prog: str, text: str) -> None:
-    sys.stderr.write(f"{prog}: {text}\n")
 
 
 def _n(count: int, noun: str) -> str:

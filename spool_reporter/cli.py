@@ -12,16 +12,16 @@ both built from: one more command is one more row and its function). Everything 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import Any, Final, cast
 
+from ._cli_common import EXIT_STATUS, EXIT_USAGE, pipe_closed, run_guarded, run_program
+from ._cli_common import Parser as _Parser
 from ._commands import (
-    EXIT_FAILED,
     CommandError,
     check_enable_args,
     check_flush_args,
@@ -33,19 +33,11 @@ from ._commands import (
     cmd_reset_id,
     cmd_sent,
     cmd_status,
-    print_error,
 )
 from ._hook import App, django_app
 from ._version import __version__
 
-if TYPE_CHECKING:
-    from _typeshed import SupportsWrite
-
 __all__ = ["COMMANDS", "Command", "Context", "Option", "add_commands", "build_parser", "main", "run_command"]
-
-EXIT_USAGE: Final = 2
-EXIT_PIPE: Final = 128 + 13
-"""128 + SIGPIPE: what a shell reports for a command ended by a closed pipe (``yes | head -1``)."""
 
 DESCRIPTION: Final = """\
 See and control {name} usage reporting{dep8}, implemented by spool_reporter.
@@ -56,21 +48,16 @@ a background process sends queued events later, except in local mode. Nothing is
 while reporting is off.
 """
 
-EPILOG: Final = """\
-exit status: 0 success, 1 failure, 2 usage error (141: the output pipe closed early).
+EPILOG: Final = (
+    EXIT_STATUS
+    + """
 environment: {env_disable}=1 or DO_NOT_TRACK=1 turn reporting off;
 {env_debug}=1 prints events instead of queueing them.
 docs: {docs_url}
 """
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, except that a closed pipe under ``--help`` is reported to :func:`main` like any other output
-    (argparse ignores ``OSError`` there, so ``--help | head -1`` would exit 0 or 141 depending on buffering)."""
-
-    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
-        if message:
-            (file or sys.stderr).write(message)
+)
+"""The footer of every ``--help``; its first line is :data:`~spool_reporter._cli_common.EXIT_STATUS`, as for the
+collector's commands."""
 
 
 @dataclass(frozen=True)
@@ -252,28 +239,9 @@ def execute(command: Command, args: argparse.Namespace, ctx: Context) -> int:
     """Run ``command`` for ``ctx`` and return its exit status: failures are one line on stderr (status 1), a
     closed output pipe is silent (status 141). The argparse and the Click front ends both end here."""
     try:
-        return _run_guarded(lambda: command.run(args, ctx), ctx.prog)
+        return run_guarded(lambda: command.run(args, ctx), ctx.prog, failures=(CommandError,))
     except BrokenPipeError:
-        return _pipe_closed()
-
-
-def _run_guarded(run: Callable[[], int], prog: str) -> int:
-    try:
-        status = int(run())
-        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
-        return status
-    except BrokenPipeError:
-        raise
-    except CommandError as exc:
-        print_error(prog, str(exc))
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        print_error(prog, "interrupted")
-        return 130
-    except OSError as exc:
-        # The spool or config folders are unusable (read-only, missing, hostile): say so, never a traceback.
-        print_error(prog, f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
-        return EXIT_FAILED
+        return pipe_closed()
 
 
 def build_parser(app: App | None = None) -> argparse.ArgumentParser:
@@ -299,33 +267,17 @@ def build_parser(app: App | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _pipe_closed() -> int:
-    """The Python docs' SIGPIPE recipe: the reader is gone, so say nothing more; point stdout at the null
-    device so that the interpreter's final flush does not fail again at exit."""
-    with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    return EXIT_PIPE
-
-
 def main(argv: Sequence[str] | None = None, *, app: App | None = None) -> int:
     """Run the command line for ``app`` (default: ``django-spool``) on ``argv`` (default: ``sys.argv[1:]``) and
     return its exit status; it never raises for a failure nor calls :func:`sys.exit`."""
-    try:
-        parser = build_parser(app)
-        try:
-            args = parser.parse_args(argv)
-        except SystemExit as exc:  # --help, --version and usage errors: argparse has printed; its status
-            sys.stdout.flush()
-            return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+
+    def run(args: argparse.Namespace) -> int:
         status = run_command(args)
         if status is not None:
             return status
-        prog = parser.prog
-        return _run_guarded(lambda: int(args.func(args)), prog)  # the collector's commands
-    except BrokenPipeError:
-        return _pipe_closed()
+        return int(args.func(args))  # the collector's commands, which report their own failures
+
+    return run_program(lambda: build_parser(app), argv, run)
 
 
 if __name__ == "__main__":
