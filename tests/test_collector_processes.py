@@ -242,7 +242,7 @@ def test_cli_errors(tmp_path: Path, sandbox: object) -> None:
         done = _cli(env, *args)
         assert done.returncode == 1, (args, done.stderr)
         assert len(done.stderr.splitlines()) == 1, (args, done.stderr)
-        assert done.stderr.startswith(f"collector {args[0]}: "), done.stderr
+        assert done.stderr.startswith(f"python -m spool_reporter.collector {args[0]}: "), done.stderr
         assert "hunter2" not in done.stderr
         assert done.stdout == ""
     done = _cli({**env, "SPOOL_REPORTER_COLLECTOR_DB": str(missing)}, "stats")  # the variable stands for --db

@@ -391,7 +391,9 @@ def test_rollup_command(db_url: str) -> None:
     assert again.stdout.endswith(f"closed through {closed}; 0 weeks rolled up; 0 events older than 430 days deleted\n")
     short = _rollup_cli(db_url, "--retain-days", "10")
     assert short.returncode == 2
-    assert short.stderr.startswith("collector rollup: the retention (10 days) must be at least a week longer")
+    assert short.stderr.startswith(
+        "python -m spool_reporter.collector rollup: the retention (10 days) must be at least a week longer"
+    )
     assert len(short.stderr.splitlines()) == 1
 
 
@@ -440,7 +442,9 @@ def test_serve_and_the_wsgi_module_take_the_retention(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 2
-    assert done.stderr.startswith("collector serve: the retention (30 days) must be at least a week longer")
+    assert done.stderr.startswith(
+        "python -m spool_reporter.collector serve: the retention (30 days) must be at least a week longer"
+    )
     env = {wsgi.DB_VARIABLE: db}
     app = wsgi.from_environ(
         {**env, "SPOOL_REPORTER_COLLECTOR_RETAIN_DAYS": "90", "SPOOL_REPORTER_COLLECTOR_ROLLUP_EVERY": "0"}

@@ -1,8 +1,11 @@
 """``django-spool collector serve|stats|migrate|rollup``: the collector's commands.
 
 :func:`register` adds them to the main command line (``spool_reporter/cli.py``); ``python -m
-spool_reporter.collector`` runs them on their own. Exit codes: 0 success, 1 failure (a database that
-cannot be opened or read, a port already in use), 2 usage errors (argparse's convention).
+spool_reporter.collector`` runs them on their own. Either way they read like the client's commands, from the
+same pieces (``spool_reporter/_cli_common.py``): the ``--help`` footer, "commands:", and errors that start with
+the command the user typed (``django-spool collector stats: ...``). Exit codes: 0 success, 1 failure (a
+database that cannot be opened or read, a port already in use), 2 usage errors (argparse's convention, and a
+value the command refuses), 141 when the reader of the output went away.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ import contextlib
 import json
 import os
 import signal
-import sys
 import tempfile
+import textwrap
 from pathlib import Path
+
+from spool_reporter._cli_common import EXIT_STATUS, EXIT_USAGE, Parser, docs_page, print_error, run_guarded, run_program
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,6 +39,33 @@ API_SECRET_VARIABLE: Final = "SPOOL_REPORTER_GA4_API_SECRET"  # noqa: S105 - a v
 
 DB_HELP: Final = "the SQLite file, or a postgresql:// URL (default: $SPOOL_REPORTER_COLLECTOR_DB)"
 
+PROG: Final = "python -m spool_reporter.collector"
+"""The program :func:`main` runs as; under ``django-spool`` it is ``django-spool collector``."""
+
+EPILOG: Final = f"""\
+{EXIT_STATUS}
+environment: SPOOL_REPORTER_COLLECTOR_DB stands for --db;
+{API_SECRET_VARIABLE} is serve --forward-ga4's API secret.
+docs: {docs_page("collector")}
+"""
+"""The footer of every collector command's ``--help``: the exit statuses as the client's footer states them (the
+same line), the variables the commands read (``_config.DB_VARIABLE``; ``_config`` is not imported to build a
+parser), and the collector's docs page."""
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help, except that a description or a footer is wrapped line by line: its lines and blank lines
+    stay, a long line is wrapped to the terminal, and an indented line continues under itself, indented."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        lines = []
+        for line in text.splitlines():
+            body = line.lstrip()
+            lead = indent + line[: len(line) - len(body)]
+            hang = lead + ("  " if lead != indent else "")
+            lines.append(textwrap.fill(body, width, initial_indent=lead, subsequent_indent=hang) if body else "")
+        return "\n".join(lines)
+
 
 def _add_db(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--db", metavar="DB", default=None, help=f"{what}: {DB_HELP}")
@@ -49,9 +81,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "collector",
         help="run the self-hosted collector, or print its weekly statistics",
         description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=_Formatter,
     )
-    add_commands(parser.add_subparsers(dest="collector_command", metavar="COMMAND", required=True))
+    add_commands(_subcommands(parser))
     return parser
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    """The ``COMMAND`` of ``parser``, listed under "commands:" as the client's are."""
+    return parser.add_subparsers(dest="collector_command", metavar="COMMAND", title="commands", required=True)
 
 
 DESCRIPTION: Final = (
@@ -239,11 +278,24 @@ def _command(
     help: str,
     description: str,
 ) -> argparse.ArgumentParser:
-    """Add command ``name``, run by ``func``, with its ``--db`` option (``db`` says what the database is for)."""
-    parser = commands.add_parser(name, help=help, description=description)
+    """Add command ``name``, run by ``func``, with its ``--db`` option (``db`` says what the database is for).
+
+    ``args.collector_prog`` is the command the user typed (``django-spool collector stats``): the start of every
+    error line. ``args.func`` runs ``func`` as the client's commands run: an unusable file, an unexpected
+    :exc:`~spool_reporter.collector.CollectorError` or ``Ctrl-C`` is one line and a status, never a traceback."""
+    parser = commands.add_parser(name, help=help, description=description, epilog=EPILOG, formatter_class=_Formatter)
     _add_db(parser, db)
-    parser.set_defaults(func=func)
+    parser.set_defaults(func=_guarded(func), collector_prog=parser.prog)
     return parser
+
+
+def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        from ._store import CollectorError
+
+        return run_guarded(lambda: func(args), args.collector_prog, failures=(CollectorError,))
+
+    return run
 
 
 def _min_count(text: str) -> int:
@@ -279,13 +331,13 @@ def _publishing(args: argparse.Namespace) -> Publishing:
     return Publishing(epsilon=args.epsilon, min_count=args.min_count, licence=args.data_license)
 
 
-def _db(args: argparse.Namespace, command: str) -> str | None:
+def _db(args: argparse.Namespace) -> str | None:
     """The ``--db`` value, or ``$SPOOL_REPORTER_COLLECTOR_DB``; ``None`` after printing why not."""
     from ._config import DB_VARIABLE
 
     db = args.db if args.db is not None else os.environ.get(DB_VARIABLE, "")
     if not db:
-        print(f"collector {command}: give --db or set ${DB_VARIABLE}", file=sys.stderr)
+        print_error(args.collector_prog, f"give --db or set ${DB_VARIABLE}")
         return None
     return str(db)
 
@@ -297,25 +349,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ._server import is_loopback
 
     if not 0 <= args.port <= 65535:
-        print(f"collector serve: port must be 0-65535, got {args.port}", file=sys.stderr)
-        return 2
-    db = _db(args, "serve")
+        print_error(args.collector_prog, f"port must be 0-65535, got {args.port}")
+        return EXIT_USAGE
+    db = _db(args)
     if db is None:
-        return 2
+        return EXIT_USAGE
     forward = None
     try:
         accept = policy(max_age_days=args.max_age_days, commands=args.commands)
         keep = limits(per_client_week=args.max_per_client_week)
         retain = retention(retain_days=args.retain_days, rollup_every=args.rollup_every, max_age_days=args.max_age_days)
     except CollectorError as exc:
-        print(f"collector serve: {exc}", file=sys.stderr)
-        return 2
+        print_error(args.collector_prog, f"{exc}")
+        return EXIT_USAGE
     try:
         if args.forward_ga4:
             secret = os.environ.get(API_SECRET_VARIABLE, "")
             if not secret:
-                print(f"collector serve: --forward-ga4 needs ${API_SECRET_VARIABLE}", file=sys.stderr)
-                return 2
+                print_error(args.collector_prog, f"--forward-ga4 needs ${API_SECRET_VARIABLE}")
+                return EXIT_USAGE
             forward = GA4Forwarder(
                 measurement_id=args.forward_ga4, api_secret=secret, endpoint=args.ga4_endpoint or GA4_ENDPOINT
             )
@@ -330,19 +382,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
             retention=retain,
         )
     except CollectorError as exc:
-        print(f"collector serve: {exc}", file=sys.stderr)
+        print_error(args.collector_prog, f"{exc}")
         return 1
     except OSError as exc:
-        print(f"collector serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        print_error(args.collector_prog, f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}")
         return 1
     if not is_loopback(args.host):
-        print(
-            "collector serve: the embedded server speaks plain HTTP and clients send to other machines over "
+        print_error(
+            args.collector_prog,
+            "the embedded server speaks plain HTTP and clients send to other machines over "
             "HTTPS only; put a TLS proxy in front of it (without access logs, which would record addresses).",
-            file=sys.stderr,
         )
-    print(f"listening on {server.url}", flush=True)
     try:
+        print(f"listening on {server.url}", flush=True)  # a closed pipe here still stops the server
         with _signals_stop(server.request_stop):
             server.serve_forever()
     except KeyboardInterrupt:  # before the handler was installed, or not the main thread
@@ -382,9 +434,9 @@ def _signals_stop(stop: Callable[[], None]) -> Iterator[None]:
 def cmd_migrate(args: argparse.Namespace) -> int:
     from . import CollectorError, open_store
 
-    db = _db(args, "migrate")
+    db = _db(args)
     if db is None:
-        return 2
+        return EXIT_USAGE
     try:
         before = _existing_version(db)
         store = open_store(db, create=True)
@@ -397,7 +449,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         finally:
             store.close()
     except CollectorError as exc:
-        print(f"collector migrate: {exc}", file=sys.stderr)
+        print_error(args.collector_prog, f"{exc}")
         return 1
     if before == after:
         print(f"{where}: schema {after}, up to date")
@@ -417,15 +469,15 @@ def cmd_rollup(args: argparse.Namespace) -> int:
     from ._release import Publishing
     from ._rollup import rollup
 
-    db = _db(args, "rollup")
+    db = _db(args)
     if db is None:
-        return 2
+        return EXIT_USAGE
     try:
         accept = policy(max_age_days=args.max_age_days)
         keep = retention(retain_days=args.retain_days, max_age_days=args.max_age_days)
     except CollectorError as exc:
-        print(f"collector rollup: {exc}", file=sys.stderr)
-        return 2
+        print_error(args.collector_prog, f"{exc}")
+        return EXIT_USAGE
     try:
         store = open_store(db, create=True)  # the roll-up tables are schema 3: migrate an older database
         try:
@@ -435,7 +487,7 @@ def cmd_rollup(args: argparse.Namespace) -> int:
         finally:
             store.close()
     except CollectorError as exc:
-        print(f"collector rollup: {exc}", file=sys.stderr)
+        print_error(args.collector_prog, f"{exc}")
         return 1
     if not done.ran:
         print(f"{where}: another process is rolling up; nothing done here")
@@ -450,7 +502,7 @@ def cmd_rollup(args: argparse.Namespace) -> int:
         names = ", ".join(f"{r.period} {r.kind}" for r in done.released)
         print(f"released publicly: {names}")
     if done.release_error:
-        print(f"collector rollup: no public release made: {done.release_error}", file=sys.stderr)
+        print_error(args.collector_prog, f"no public release made: {done.release_error}")
         return 1
     return 0
 
@@ -547,12 +599,12 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def _write_page(path: Path, text: str) -> bool:
+def _write_page(args: argparse.Namespace, path: Path, text: str) -> bool:
     """Write ``stats --html``'s page; say why not (``False``) when it cannot be written."""
     try:
         _write_atomic(path, text)
     except OSError as exc:
-        print(f"collector stats: cannot write {path}: {exc}", file=sys.stderr)
+        print_error(args.collector_prog, f"cannot write {path}: {exc}")
         return False
     return True
 
@@ -562,16 +614,16 @@ def cmd_stats(args: argparse.Namespace) -> int:
     from ._report import render_public
     from ._stats import apps
 
-    db = _db(args, "stats")
+    db = _db(args)
     if db is None:
-        return 2
+        return EXIT_USAGE
     if args.public:
         try:
             doc = public(db, publishing=_publishing(args)._replace(app=args.app))
         except CollectorError as exc:
-            print(f"collector stats: {exc}", file=sys.stderr)
+            print_error(args.collector_prog, f"{exc}")
             return 1
-        if args.html is not None and not _write_page(args.html, render_public(doc)):
+        if args.html is not None and not _write_page(args, args.html, render_public(doc)):
             return 1
         print(json.dumps(doc, indent=2, ensure_ascii=False) if args.json else _public_text(doc))
         if args.html is not None and not args.json:
@@ -586,10 +638,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
         finally:
             store.close()
     except CollectorError as exc:
-        print(f"collector stats: {exc}", file=sys.stderr)
+        print_error(args.collector_prog, f"{exc}")
         return 1
     result = full
-    if args.html is not None and not _write_page(args.html, render_html(result)):
+    if args.html is not None and not _write_page(args, args.html, render_html(result)):
         return 1
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, ensure_ascii=False))
@@ -608,10 +660,20 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m spool_reporter.collector``: the same commands as ``django-spool
+    collector``, with the same footer."""
+    parser = Parser(prog=PROG, description=DESCRIPTION, epilog=EPILOG, formatter_class=_Formatter)
+    add_commands(_subcommands(parser))
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m spool_reporter.collector serve|stats|migrate|rollup ...``."""
-    parser = argparse.ArgumentParser(prog="python -m spool_reporter.collector", description=DESCRIPTION)
-    add_commands(parser.add_subparsers(dest="collector_command", metavar="COMMAND", required=True))
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    code: int = args.func(args)
-    return code
+    """``python -m spool_reporter.collector serve|stats|migrate|rollup ...``: the exit status, as
+    ``django-spool collector ...`` would return it."""
+
+    def run(args: argparse.Namespace) -> int:
+        code: int = args.func(args)
+        return code
+
+    return run_program(build_parser, argv, run)

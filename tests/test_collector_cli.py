@@ -1,0 +1,133 @@
+"""The collector's command line as the user types it, both ways: ``django-spool collector ...`` and
+``python -m spool_reporter.collector ...``, as real subprocesses. It reads like the client's (issue 22, item 8):
+the same ``--help`` footer, "commands:", errors that start with the command typed, the same exit statuses."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, Sandbox
+from test_cli import spool_command
+
+from spool_reporter import App
+from spool_reporter._cli_common import DOCS_URL, EXIT_STATUS, docs_page
+from spool_reporter.collector import open_store
+from spool_reporter.collector._config import DB_VARIABLE
+
+COMMANDS = ("serve", "stats", "migrate", "rollup")
+"""The collector's commands, in ``--help`` order."""
+
+
+@pytest.fixture(params=["django-spool collector", "python -m spool_reporter.collector"])
+def prog(request: pytest.FixtureRequest) -> str:
+    """The program the user typed; :func:`collector` runs it."""
+    return str(request.param)
+
+
+def collector(sandbox: Sandbox, prog: str, *args: str, **options: object) -> subprocess.CompletedProcess[str]:
+    """Run ``prog`` (one of :func:`prog`'s) with ``args``; ``options`` for :func:`subprocess.run` replace the
+    captured output."""
+    if prog.startswith("django-spool"):
+        command = [*spool_command(), "collector"]
+    else:
+        command = [sys.executable, "-m", prog.removeprefix("python -m ")]
+    options = options or {"capture_output": True}
+    return subprocess.run([*command, *args], env=sandbox.env, text=True, timeout=60, check=False, **options)
+
+
+@pytest.mark.parametrize("command", [(), *((c,) for c in COMMANDS)], ids=lambda c: " ".join(c) or "top")
+def test_every_help_ends_with_the_footer(sandbox: Sandbox, prog: str, command: tuple[str, ...]) -> None:
+    done = collector(sandbox, prog, *command, "--help")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.startswith(f"usage: {' '.join((prog, *command))} [-h]"), done.stdout
+    words = " ".join(done.stdout.split())  # as wrapped to the terminal's width (80 columns without one)
+    tail = words[words.rindex(EXIT_STATUS) :]
+    assert f"environment: {DB_VARIABLE} stands for --db;" in tail
+    assert tail.endswith(f"docs: {docs_page('collector')}")
+    assert done.stdout.endswith(f"\ndocs: {docs_page('collector')}\n")
+
+
+def test_the_top_help_lists_commands(sandbox: Sandbox, prog: str) -> None:
+    done = collector(sandbox, prog, "--help")
+    assert "\ncommands:\n  COMMAND\n" in done.stdout
+    assert "positional arguments:" not in done.stdout
+    section = done.stdout.split("\ncommands:\n  COMMAND\n")[1].split("\n\n")[0]
+    assert re.findall(r"^    (\S+) ", section, re.MULTILINE) == list(COMMANDS)
+
+
+def test_the_docs_link_is_the_projects(sandbox: Sandbox) -> None:
+    """The footer's docs address is the one the client's footer and the package metadata give, and names a page
+    that exists."""
+    assert f'Documentation = "{DOCS_URL}"' in (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert App(name="X", version="1").docs_url == DOCS_URL
+    assert docs_page("collector") == f"{DOCS_URL}en/latest/collector.html"
+    assert (REPO / "docs" / "collector.md").is_file()
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_without_a_database_each_command_says_so_under_its_name(sandbox: Sandbox, prog: str, command: str) -> None:
+    done = collector(sandbox, prog, command)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"{prog} {command}: give --db or set ${DB_VARIABLE}\n"
+
+
+def test_usage_errors_name_the_command_typed(sandbox: Sandbox, prog: str) -> None:
+    """argparse's errors, the collector's own usage errors and no command at all: exit status 2, and the line
+    that says why starts with the command typed (after argparse's usage line)."""
+    cases = [
+        (("stats", "--bogus"), "stats: error: unrecognized arguments: --bogus"),
+        (("serve", "--port", "x"), "serve: error: argument --port: invalid int value: 'x'"),
+        (("rollup", "--db", "x.sqlite3", "--epsilon", "11"), "rollup: error: argument --epsilon: "),
+        (("serve", "--db", "x.sqlite3", "--port", "70000"), "serve: port must be 0-65535, got 70000"),
+        (("nonsense",), ": error: argument COMMAND: invalid choice: 'nonsense'"),
+        ((), ": error: the following arguments are required: COMMAND"),
+    ]
+    for args, said in cases:
+        done = collector(sandbox, prog, *args, cwd=sandbox.root, capture_output=True)
+        assert (done.returncode, done.stdout) == (2, ""), (args, done.stderr)
+        last = done.stderr.splitlines()[-1]
+        assert last.startswith(f"{prog}{' ' if said[0] != ':' else ''}{said}"), (args, done.stderr)
+        assert "Traceback" not in done.stderr
+
+
+def test_failures_name_the_command_typed(sandbox: Sandbox, prog: str, tmp_path: Path) -> None:
+    """A database that is missing or not a database, a page that cannot be written: one line that starts with the
+    command typed, exit status 1."""
+    missing = tmp_path / "missing.sqlite3"
+    real = tmp_path / "real.sqlite3"
+    open_store(real).close()
+    cases = [
+        (("stats", "--db", str(missing)), f"{prog} stats: no collector database at {missing}"),
+        (("migrate", "--db", str(tmp_path)), f"{prog} migrate: "),
+        (("rollup", "--db", str(tmp_path)), f"{prog} rollup: "),
+        (("stats", "--db", str(real), "--html", str(tmp_path / "no" / "page.html")), f"{prog} stats: cannot write "),
+    ]
+    for args, said in cases:
+        done = collector(sandbox, prog, *args)
+        assert done.returncode == 1, (args, done.stderr)
+        assert len(done.stderr.splitlines()) == 1, (args, done.stderr)
+        assert done.stderr.startswith(said), (args, done.stderr)
+    assert not missing.exists()
+
+
+@pytest.mark.parametrize("args", [["--help"], ["stats", "--help"], ["stats", "--json"], ["migrate"]], ids=" ".join)
+def test_a_closed_pipe_ends_quietly_with_the_sigpipe_status(
+    sandbox: Sandbox, prog: str, tmp_path: Path, args: list[str]
+) -> None:
+    """The reader is gone before the first byte: no message, no traceback, status 141, as for the client."""
+    db = tmp_path / "c.sqlite3"
+    open_store(db).close()
+    if "--help" not in args:
+        args = [*args, "--db", str(db)]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = collector(sandbox, prog, *args, stdout=write_end, stderr=subprocess.PIPE)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (141, "")
