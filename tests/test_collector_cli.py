@@ -1,9 +1,12 @@
 """The collector's command line as the user types it, both ways: ``django-spool collector ...`` and
 ``python -m spool_reporter.collector ...``, as real subprocesses. It reads like the client's (issue 22, item 8):
-the same ``--help`` footer, "commands:", errors that start with the command typed, the same exit statuses."""
+the same ``--help`` footer, "commands:", errors that start with the command typed, the same exit statuses; and
+``stats --help`` names every key of the JSON documents ``stats --json`` prints."""
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
 import re
 import subprocess
@@ -13,11 +16,13 @@ from pathlib import Path
 import pytest
 from conftest import REPO, Sandbox
 from test_cli import spool_command
+from test_collector_rollup import DAY, row
 
 from spool_reporter import App
 from spool_reporter._cli_common import DOCS_URL, EXIT_STATUS, docs_page
 from spool_reporter.collector import open_store
 from spool_reporter.collector._config import DB_VARIABLE
+from spool_reporter.collector._store import this_week
 
 COMMANDS = ("serve", "stats", "migrate", "rollup")
 """The collector's commands, in ``--help`` order."""
@@ -131,3 +136,65 @@ def test_a_closed_pipe_ends_quietly_with_the_sigpipe_status(
     finally:
         os.close(write_end)
     assert (done.returncode, done.stderr) == (141, "")
+
+
+# --- stats --json: its help names the whole document ---------------------------------------------------------
+
+
+@pytest.fixture
+def released(tmp_path: Path) -> Path:
+    """A SQLite collector database with eight weeks of events, rolled up: the exact numbers and public releases
+    of weeks (and of a month when one has closed)."""
+    db = tmp_path / "c.sqlite3"
+    now = datetime.datetime.now(datetime.timezone.utc).timestamp()
+    store = open_store(db)
+    try:
+        store.insert([row(("dev", i), now - back * 7 * DAY) for i in range(5) for back in range(8)])
+        store.set_first_week(this_week(now - 9 * 7 * DAY))
+    finally:
+        store.close()
+    return db
+
+
+DATA_MAPS = {"by_django": 1, "by_python": 1, "by_os": 1, "by_event": 1, "refused": 2}
+"""The fields whose value maps data (a version, an OS, a command; a week, then a reason) to numbers, and how many
+levels of keys are data there."""
+
+
+def keys_of(doc: object, *, data: int = 0) -> set[str]:
+    """Every key of a JSON document that names a field, at any depth: the keys of :data:`DATA_MAPS` are data,
+    not fields (their values are still walked: a public breakdown maps a version to a number's fields)."""
+    found: set[str] = set()
+    if isinstance(doc, list):
+        for item in doc:
+            found |= keys_of(item, data=data)
+    elif isinstance(doc, dict):
+        for key, value in doc.items():
+            if data:
+                found |= keys_of(value, data=data - 1)
+            else:
+                found.add(key)
+                found |= keys_of(value, data=DATA_MAPS.get(key, 0))
+    return found
+
+
+def test_stats_help_names_every_key_of_the_json(sandbox: Sandbox, released: Path) -> None:
+    prog = "python -m spool_reporter.collector"
+    made = collector(sandbox, prog, "rollup", "--db", str(released))
+    assert made.returncode == 0, made.stderr
+    assert "released publicly:" in made.stdout
+    exact = json.loads(collector(sandbox, prog, "stats", "--db", str(released), "--json").stdout)
+    public = json.loads(collector(sandbox, prog, "stats", "--db", str(released), "--public", "--json").stdout)
+    assert exact["weeks"]
+    assert public["weeks"]
+    assert public["weeks"][0]["by_django"]  # a breakdown's numbers, whose keys are walked too
+    help_text = collector(sandbox, prog, "stats", "--help").stdout
+    exact_part, public_part = help_text.split("With --public")
+    for doc, part in ((exact, exact_part), (public, public_part)):
+        keys = keys_of(doc)
+        assert {"app", "weeks"} <= keys
+        missing = sorted(key for key in keys if f'"{key}"' not in part)
+        assert not missing, f"stats --help does not name {missing}"
+    assert "by_event" in keys_of(exact)
+    assert {"week_epsilon", "estimate"} <= keys_of(public)
+    assert not keys_of(exact) & {"5.2", "Linux", "runserver"}  # data, not fields

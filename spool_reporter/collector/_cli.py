@@ -53,6 +53,34 @@ same line), the variables the commands read (``_config.DB_VARIABLE``; ``_config`
 parser), and the collector's docs page."""
 
 
+STATS_JSON: Final = """\
+--json prints one JSON document:
+  "app": the application reported (--app)
+  "developers": distinct client ids over all weeks (one who comes back after more than the retention counts \
+again)
+  "events": events over all weeks
+  "weeks": one object per ISO week with events, oldest first: "week" (2026-W49), "developers", "events", \
+"by_django", "by_python" and "by_os" (version or OS -> distinct client ids: a developer can count under \
+several), and "by_event" (command -> events)
+  "refused": week received -> reason -> events refused, of every application
+
+With --public, --json prints the document GET /v1/stats serves:
+  "app": the application (--app)
+  "guarantee": the differential privacy guarantee, in words
+  "epsilon", "min_count", "licence": the settings given (--epsilon, --min-count, --data-license)
+  "made": when the newest release was made (null before the first)
+  "downloads": the paths of every release as released, "json" and "csv"
+  "weeks", "months", "quarters", "years": each period's newest release, oldest first: its name ("week", \
+"month", "quarter" or "year"), "release" (provisional or final), "made", "first_day", "last_day", "epsilon" \
+(what it spent), "margin" (the noise stays within +/-margin with 95 % probability) and "developers"; a week \
+also has "week_epsilon" (what its releases spent together), "cell_threshold" (below it a breakdown's value is \
+shown as fewer than it), and "by_django", "by_python", "by_os" (value -> number). A number is {"estimate", \
+"low", "high"} (the estimate and its 95 % interval), with "fewer_than": N when the estimate is below N.
+"""
+"""The ``stats --json`` documents, key by key, for ``stats --help``. ``tests/test_collector_cli.py`` checks that
+every key of real output is named here (``Stats.as_dict()`` in ``_stats.py``, ``document()`` in ``_public.py``)."""
+
+
 class _Formatter(argparse.HelpFormatter):
     """argparse's help, except that a description or a footer is wrapped line by line: its lines and blank lines
     stay, a long line is wrapped to the terminal, and an indented line continues under itself, indented."""
@@ -206,9 +234,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         db="the collector's database",
         help="distinct developers per ISO week, by Django, Python and OS version",
         description="Print distinct client ids per ISO week, broken down by application (Django) version, "
-        "Python version and OS, from a collector database, and the events it refused.",
+        "Python version and OS, from a collector database, and the events it refused.\n\n" + STATS_JSON,
     )
-    stats.add_argument("--json", action="store_true", help='print {"weeks": [...]} as JSON')
+    stats.add_argument("--json", action="store_true", help="print one JSON document instead (described above)")
     stats.add_argument(
         "--html",
         type=Path,
