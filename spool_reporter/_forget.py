@@ -28,6 +28,8 @@ that ``forget`` can be run again; the result says why.
 
 from __future__ import annotations
 
+from ._words import counted
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -233,7 +235,7 @@ def _run(app: App, *, environ: Mapping[str, str] | None, send_while_off: bool) -
             )
         new = _replace(app, env)
         purged += _purge(app, env)  # what the hook queued under the old id meanwhile
-        count = "its events" if deleted is None else f"{deleted} event{'' if deleted == 1 else 's'}"
+        count = "its events" if deleted is None else counted(deleted, "event")
         return Result(
             "forgotten",
             f"the collector at {where} deleted {count} of your client id; it keeps only numbers of closed weeks, "
@@ -277,7 +279,7 @@ def _purge(app: App, env: Mapping[str, str]) -> int:
 def report(result: Result) -> tuple[str, str | None, int]:
     """What ``forget`` prints for ``result``: (stdout text, stderr message or ``None``, exit status). Status 0
     when the collector confirmed the deletion or there is no client id to forget, else 1."""
-    queued = f"Deleted {result.purged} queued event{'' if result.purged == 1 else 's'}" + (
+    queued = f"Deleted {counted(result.purged, 'queued event')}" + (
         " and the record of what was sent." if result.record_deleted else "."
     )
     if result.outcome == "forgotten":

@@ -64,6 +64,7 @@ from ._hook import (
     parse,
     trusted_file,
 )
+from ._words import counted
 
 REFUSED_NAME = "refused"
 """One byte per event refused beside a busy lock past :data:`MAX_ASIDE` (see :func:`append_aside`)."""
@@ -327,7 +328,7 @@ def read_destination_refusals(folder: Folder) -> dict[str, int]:
 def refused_text(refused: Mapping[str, int], noun: str = "") -> str:
     """``"500 (over_cap 500)"``; with ``noun="event"``: ``"1 event (too_old 1)"``, ``"2 events (...)"``."""
     total = sum(refused.values())
-    head = str(total) if not noun else f"{total} {noun}{'' if total == 1 else 's'}"
+    head = str(total) if not noun else counted(total, noun)
     parts = ", ".join(f"{reason} {n}" for reason, n in sorted(refused.items()) if n)
     return f"{head} ({parts})" if parts else head
 

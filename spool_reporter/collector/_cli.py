@@ -553,9 +553,9 @@ def _existing_version(db: str) -> int | None:
 
 def _n(count: int, word: str) -> str:
     """``1 developer``, ``2 developers``."""
-    from ._stats import plural
+    from spool_reporter._words import counted
 
-    return f"{count} {plural(count, word)}"
+    return counted(count, word)
 
 
 def _public_text(doc: dict[str, Any]) -> str:

@@ -18,7 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from spool_reporter import _words
+
 from ._store import BREAKDOWNS, EVENT_BREAKDOWN, Reader, Store, open_store
+
+plural = _words.plural
+"""The package's one pluralizer (:func:`spool_reporter._words.plural`), where the pages take it from."""
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -75,11 +80,6 @@ class Stats:
             "weeks": [week.as_dict() for week in self.weeks],
             "refused": self.refused,
         }
-
-
-def plural(count: int, word: str) -> str:
-    """``word`` for one, ``word + "s"`` for any other count (the collector's words all take an ``s``)."""
-    return word if count == 1 else f"{word}s"
 
 
 def _sorted_counts(pairs: list[tuple[str, int]]) -> dict[str, int]:
