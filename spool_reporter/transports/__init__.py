@@ -95,11 +95,14 @@ class Transport(abc.ABC):
 
 
 def event_time(event: Event) -> float:
-    """The event's ``time`` (``2026-12-03T08:15:48Z``) as seconds since the epoch."""
-    import calendar
-    import time
+    """The event's ``time`` (``2026-12-03T08:15:48Z``) as seconds since the epoch (the package's one parser,
+    :func:`spool_reporter._event.parse_time`); :class:`ValueError` if it is no such time."""
+    from spool_reporter._event import parse_time
 
-    return float(calendar.timegm(time.strptime(str(event["time"]), "%Y-%m-%dT%H:%M:%SZ")))
+    epoch = parse_time(str(event["time"]))
+    if epoch is None:
+        raise ValueError(f"not a UTC time of the form 2026-12-03T08:15:48Z: {event['time']!r}")
+    return float(epoch)
 
 
 def transport_for(destination: Destination) -> Transport:
