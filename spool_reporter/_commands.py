@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from . import SpoolReporterError, _consent, _files, _hook, _plan, _settings, _spool, _state
 from ._cli_common import print_error
+from ._event import parse_time
 from ._hook import App
+from ._words import counted, plural
 
 if TYPE_CHECKING:
     from .cli import Context
@@ -64,8 +66,8 @@ def _out(text: str = "", *, stream: TextIO | None = None) -> None:
 
 
 def _n(count: int, noun: str) -> str:
-    """``1 event``, ``2 events``."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
+    """``1 event``, ``2 events`` (:func:`~._words.counted`)."""
+    return counted(count, noun)
 
 
 def _iso(epoch: float | None) -> str | None:
@@ -129,6 +131,34 @@ def folder_problem(path: str, exc: OSError) -> str:
     if str(exc).startswith("not our folder"):
         return f"the spool folder {path} belongs to another user; refusing to use it"
     return f"cannot use the spool folder {path}: {cause.strerror or cause}"
+
+
+def _record_problem(path: str) -> str | None:
+    """Why no event can be recorded in the spool folder at ``path``, or ``None``; looked at, never tried (nothing
+    is created). The hook makes the folder and its parents as it records, and says nothing when it cannot (it
+    must never disturb the command it runs in): a read-only home, or a folder this user may not write, would lose
+    every event unseen. The first folder of the path that exists must let this user add entries."""
+    here = path
+    for _ in range(path.count(os.sep) + 1):
+        try:
+            st = os.stat(here)
+            break
+        except FileNotFoundError:
+            here = os.path.dirname(here)
+        except OSError:
+            return None  # unreadable: folder_problem says why
+    else:
+        return None
+    made = "" if here == path else f"cannot be created: {here} "
+    if not stat.S_ISDIR(st.st_mode):
+        return f"events cannot be recorded: the spool folder {path} {made}is not a folder"
+    if os.access(here, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids):
+        return None
+    read_only = False
+    with contextlib.suppress(AttributeError, OSError):
+        read_only = bool(os.ST_RDONLY & os.statvfs(here).f_flag)
+    why = os.strerror(errno.EROFS if read_only else errno.EACCES)
+    return f"events cannot be recorded: the spool folder {path} {made}cannot be written ({why})"
 
 
 def _open_folder(path: str) -> _hook.Folder | None:
@@ -248,6 +278,11 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     local), the destination (secrets redacted), the version of the notice you have seen, where the
     spool is, how many events are queued and how old the oldest is, how many were dropped, how many
     the destination refused (by reason), the last flush and when the next retry may happen.
+    It also says when no event can be recorded at all (a read-only home, a spool folder this user
+    may not write): which folder, and why.
+
+    Exit status 1 when the spool folder cannot be read, and when reporting is on but no event can
+    be recorded; 0 otherwise.
     """
     app, env = ctx.app, ctx.env
     user, policy, decision = _inputs(ctx)
@@ -256,6 +291,8 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     spool = _spool_summary(app, env)
     state = _state.read_state(app, environ=env)
     known = "problem" not in spool  # an unreadable folder hides the flusher's record too
+    cannot_record = _record_problem(spool["spool"]) if known else None
+    failed = not known or (decision.enabled and cannot_record is not None)
     seen = _hook.seen_notice_version(None if _hook.is_broken(user) else user)
     seen_mode = _hook.seen_notice_mode(None if _hook.is_broken(user) else user)
     data: dict[str, Any] = {
@@ -277,14 +314,18 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         "last_result": state.last_result if known else None,
         "next_retry": _iso(state.next_retry) if known else None,
         "consecutive_failures": state.consecutive_failures if known else None,
+        "record_problem": cannot_record,
     }
     if args.json:
         _out(json.dumps(data, indent=2, sort_keys=True))
-        if not known:
-            print_error(ctx.prog, spool["problem"])
-        return EXIT_OK if known else EXIT_FAILED
+        if failed:
+            print_error(ctx.prog, spool["problem"] if not known else str(cannot_record))
+        return EXIT_FAILED if failed else EXIT_OK
     now = time.time()
     _out(f"reporting:     {'on' if decision.enabled else 'off'} - {data['reason_text']} [{decision.reason}]")
+    if cannot_record is not None:
+        lost = "every event is lost" if decision.enabled else "even once reporting is on"
+        _out(f"recording:     impossible, {lost}: {cannot_record.partition(': ')[2]}")
     _out(f"mode:          {_mode_text(decision)}")
     local = "; not used in local mode" if decision.local and dest is not None else ""
     _out(f"destination:   {resolved.reason}{local}")
@@ -303,10 +344,9 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         print_error(ctx.prog, spool["problem"])
         return EXIT_FAILED
     oldest = ""
-    if spool["oldest"]:
-        with contextlib.suppress(ValueError):
-            oldest_epoch = time.mktime(time.strptime(spool["oldest"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
-            oldest = f", oldest {_age(now - oldest_epoch)} old ({spool['oldest']})"
+    oldest_epoch = parse_time(spool["oldest"]) if spool["oldest"] else None
+    if oldest_epoch is not None:
+        oldest = f", oldest {_age(now - oldest_epoch)} old ({spool['oldest']})"
     _out(f"queued:        {_n(spool['queued'], 'event')}{oldest}")
     if spool["kept_local"]:
         _out(
@@ -316,7 +356,8 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     breakdown = ", ".join(f"{k} {v}" for k, v in sorted(spool["dropped_by_reason"].items()))
     _out(f"dropped:       {spool['dropped']}" + (f" ({breakdown})" if breakdown else ""))
     by_destination = spool["refused_by_destination"]
-    _out(f"refused:       {_spool.refused_text(by_destination, 'event')} by the destination")
+    if any(by_destination.values()):
+        _out(f"refused:       {_spool.refused_text(by_destination, 'event')} by the destination")
     last = "never" if state.last_flush is None else f"{data['last_flush']} ({state.last_result})"
     _out(f"last flush:    {last}")
     if decision.local:
@@ -325,7 +366,9 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         _out(f"next retry:    not before {data['next_retry']} (in {_age(state.next_retry - now)})")
     else:
         _out("next retry:    any time")
-    return EXIT_OK
+    if failed:
+        print_error(ctx.prog, str(cannot_record))
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
@@ -619,8 +662,8 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
         summary = _spool_summary(app, env)
         kept = (summary["queued"] or 0) + (summary["kept_local"] or 0)
         _out(
-            f"local: nothing is sent in local mode; {_n(kept, 'event')} "
-            f"{'stays' if kept == 1 else 'stay'} on this machine. "
+            f"local: nothing is sent in local mode; {_n(kept, 'event')} {plural(kept, 'stays', 'stay')} on this "
+            "machine. "
             f"'{ctx.prog} enable' sends them, '{ctx.prog} flush --dry-run' shows what would leave."
         )
         return EXIT_OK
@@ -630,10 +673,10 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
     from . import _flush  # the sender and urllib3: only when sending
 
     result = _flush.run(app, foreground=True, environ=env, ignore_backoff=True, progress=progress)
-    if result.outcome == "failed" and result.message.startswith("the spool folder is not usable"):
+    if result.outcome == "failed" and result.message.startswith(_flush.UNUSABLE_FOLDER):
         raise CommandError(result.message)  # nothing was read, so there are no counts to show
     remaining = result.remaining
-    if result.outcome in ("disabled", "no-endpoint"):
+    if result.outcome in ("disabled", "invalid-endpoint"):
         remaining = _spool_summary(app, env)["queued"] or 0  # what is still there, counted here
     refused = f"refused {_spool.refused_text(result.refused)}, " if result.refused else ""
     _out(
@@ -643,7 +686,7 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
     # "0 when nothing is left to send": delivered, nothing queued, or everything deleted because reporting is off.
     # "local": local mode was chosen while this flush sent; what stays queued stays by that choice.
     ok = result.outcome in ("delivered", "nothing", "local") or (
-        result.outcome in ("disabled", "no-endpoint") and not remaining
+        result.outcome in ("disabled", "invalid-endpoint") and not remaining
     )
     if result.outcome == "delivered":
         message = f"Sent {_n(result.sent, 'event')}" + (f", rejected {result.rejected}" if result.rejected else "")
@@ -660,13 +703,21 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
         elif remaining:
             message += f"; {_n(remaining, 'queued event')} kept, not sent"
         message += "."
+    elif result.outcome == "invalid-endpoint":
+        message = result.message[:1].upper() + result.message[1:]  # "The destination is invalid: <why>"
+        if remaining:
+            message += f"; {_n(remaining, 'queued event')} kept until it is fixed, not sent"
+        message += "."
     else:
         message = result.message
     if message:
         (sys.stdout if ok else sys.stderr).write(message + "\n")
     kept = count_local(app, env)
     if kept:
-        _out(f"{_n(kept, 'event')} recorded in local mode stay on this machine; '{ctx.prog} enable' sends them.")
+        _out(
+            f"{_n(kept, 'event')} recorded in local mode {plural(kept, 'stays', 'stay')} on this machine; "
+            f"'{ctx.prog} enable' sends them."
+        )
     return EXIT_OK if ok else EXIT_FAILED
 
 
@@ -716,7 +767,7 @@ def _dry_run(args: argparse.Namespace, ctx: Context) -> int:
     if plan.local_events:
         _out(
             f"{_n(len(plan.local_events), 'event')} recorded in local mode "
-            f"{'is' if len(plan.local_events) == 1 else 'are'} kept on this machine"
+            f"{plural(len(plan.local_events), 'is', 'are')} kept on this machine"
             + (", shown below with the queue." if local else f"; only '{ctx.prog} enable' sends them.")
         )
     if local:

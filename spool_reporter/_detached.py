@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except Exception:
         return 1
-    return 0 if result.outcome in ("delivered", "nothing", "disabled", "local", "no-endpoint", "busy") else 2
+    return 0 if result.outcome in ("delivered", "nothing", "disabled", "local", "invalid-endpoint", "busy") else 2
 
 
 if __name__ == "__main__":

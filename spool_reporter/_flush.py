@@ -41,6 +41,7 @@ from . import _consent, _files, _hook, _sent, _settings, _spawn, _spool, _state
 from ._hook import FLUSHER_LOCK_FD_ENV, FLUSHER_LOCK_NAME, GATE_NAME, App, iso_time
 from ._http import Answer, Sender
 from ._state import log, now
+from ._words import counted
 from .transports import Event, transport_for
 
 __all__ = ["FlushResult", "run"]
@@ -59,7 +60,12 @@ bookkeeping (:data:`SETTLE_SECONDS`), measured from the same deadline, so a run 
 killed while it settles."""
 
 NO_ENDPOINT_RETRY: Final = 3600.0
-"""A background flusher that finds the named endpoint unusable keeps the next one away this long."""
+"""A background flusher that finds the named destination invalid (outcome ``invalid-endpoint``) keeps the next one
+away this long."""
+
+UNUSABLE_FOLDER: Final = "cannot use the spool folder"
+"""How the message of a run that could not use the spool folder begins (its path and the error follow): the
+wording of ``purge`` and the other commands for the same trouble."""
 
 MAX_REASON_CHARS: Final = 24
 """A destination's refusal reason longer than this (the collector's longest is 14) is counted as ``other``."""
@@ -84,8 +90,8 @@ class FlushResult:
     outcome: str
     """``delivered`` (something was sent or rejected, nothing failed), ``nothing`` (empty spool),
     ``disabled`` (reporting is off; see :attr:`purged`), ``local`` (local mode: nothing is sent),
-    ``no-endpoint`` (nowhere to send; see
-    :attr:`message`), ``failed`` (a request failed or the back-off is pending; events kept) or ``busy``
+    ``invalid-endpoint`` (the destination that is named is not valid, nothing is sent; :attr:`message` says
+    why, as ``status`` does), ``failed`` (a request failed or the back-off is pending; events kept) or ``busy``
     (another flusher is running, or the spool lock is held)."""
     sent: int = 0
     """Events the destination acknowledged with a 2xx and that left the spool."""
@@ -405,7 +411,9 @@ def guarded_run(
         # A read-only or missing home, a symlink planted for the folder or a file of ours: nothing can be
         # claimed or recorded safely, so nothing is sent; the hook cannot append there either.
         reason = exc.strerror or str(exc) or type(exc).__name__
-        return FlushResult(outcome="failed", message=f"the spool folder is not usable: {reason}")
+        path = _hook.state_dir(app, env)
+        where = f"{UNUSABLE_FOLDER}: " if path in reason else f"{UNUSABLE_FOLDER} {path}: "  # the path, once
+        return FlushResult(outcome="failed", message=where + reason)
 
 
 def _run(
@@ -427,29 +435,39 @@ def _run(
             outcome="disabled",
             purged=purged,
             message=f"reporting is off: {_consent.explain(decision.reason)}"
-            + (f"; deleted {purged} queued events" if purged else ""),
+            + (f"; deleted {counted(purged, 'queued event')}" if purged else ""),
         )
     if decision.local:
         # Local mode sends nothing, not even what was queued before it began; the hook starts no flusher then,
         # but one started just before the mode changed, or `flush` run by hand, ends here.
         return FlushResult(outcome="local", message="local mode: nothing is sent")
     resolved = _settings.resolve(app, env, user=user, policy=policy, read_files=False)
+    # Consent needs a named destination (else the decision is destination:none), so one that does not resolve
+    # is named but invalid: plain http to a remote host, a password in the URL, a missing api_secret...
+    destination = resolved.destination
+    invalid = f"the destination is invalid: {resolved.reason}"
     try:
         folder = _hook.Folder(path, create=False)
     except FileNotFoundError:
-        if resolved.destination is None:
-            return FlushResult(outcome="no-endpoint", message=resolved.reason)
+        if destination is None:
+            return FlushResult(outcome="invalid-endpoint", message=invalid)
         return FlushResult(outcome="nothing", message="nothing is queued")
     with folder:
-        if resolved.destination is None:
+        if destination is None:
+            remaining = _spool.count_queued(folder)
             if not foreground:
-                # The hook started us because an endpoint is *named*, but it is not usable (plain http to a
-                # remote host, a missing api_secret...): do not let every interval start another flusher
-                # just to find that out again. Fixing the setting takes effect within the hour (or at once
-                # with `django-spool flush`).
+                # The hook started us because an endpoint is *named*: do not let every interval start another
+                # flusher just to find that out again. Fixing the setting takes effect within the hour (or at
+                # once with `django-spool flush`). The reason goes to the log once per such hour.
+                retry = now() + min(NO_ENDPOINT_RETRY, tune.backoff_cap)
                 with contextlib.suppress(OSError):
-                    _spawn.touch(folder, GATE_NAME, now() + min(NO_ENDPOINT_RETRY, tune.backoff_cap))
-            return FlushResult(outcome="no-endpoint", remaining=_spool.count_queued(folder), message=resolved.reason)
+                    _spawn.touch(folder, GATE_NAME, retry)
+                log(
+                    folder,
+                    f"{iso_time(now())} pid={os.getpid()} invalid-endpoint: {resolved.reason}; kept {remaining}; "
+                    f"next try after {iso_time(retry)}",
+                )
+            return FlushResult(outcome="invalid-endpoint", remaining=remaining, message=invalid)
         inherited = None if foreground else _inherited_lock(env, folder)
         if inherited is not None:  # started by the hook, which handed over flusher.lock already locked
             release: Callable[[], None] = functools.partial(os.close, inherited)
@@ -464,7 +482,6 @@ def _run(
         # The detached process's deadline was set when it armed its watchdog; in the foreground the run starts
         # once the flusher lock is ours. Every round of the run shares it.
         until = time.monotonic() + tune.deadline if deadline is None else deadline
-        destination = resolved.destination
         job = functools.partial(
             _Run,
             app=app,
@@ -548,7 +565,7 @@ def _summed(results: list[FlushResult], queued: int | None, url: str) -> FlushRe
             message += f" (the run's earlier rounds sent {sent - last.sent})"
     else:
         outcome = "delivered"
-        message = f"sent {sent} events to {url}" + (f", {rejected} rejected" if rejected else "")
+        message = f"sent {counted(sent, 'event')} to {url}" + (f", {rejected} rejected" if rejected else "")
         if refused:
             message += f"; the destination refused {_spool.refused_text(refused, 'event')}"
         if len(results) > 1:
@@ -592,9 +609,9 @@ def _stopped(job: _Run, decision: _hook.Decision, refused: dict[str, int], turne
     outcome = "disabled" if not decision.enabled else "local"
     why = _consent.explain(decision.reason)
     message = (
-        f"stopped ({why}): sent {job.sent} events before, made no further request"
+        f"stopped ({why}): sent {counted(job.sent, 'event')} before, made no further request"
         + (f"; {turned}" if turned else "")
-        + (f"; deleted {purged} queued events" if purged else "")
+        + (f"; deleted {counted(purged, 'queued event')}" if purged else "")
     )
     _state.record_outcome(
         job.folder, outcome=outcome, error=None, retry_after=None, tune=job.tune, sent=job.sent, refused=refused
@@ -667,7 +684,7 @@ def _run_locked(job: _Run, *, ignore_backoff: bool) -> FlushResult:
         folder, outcome="delivered", error=None, retry_after=None, tune=tune, sent=job.sent, refused=refused
     )
     message = (
-        f"sent {job.sent} events to {job.destination.redacted_url()}"
+        f"sent {counted(job.sent, 'event')} to {job.destination.redacted_url()}"
         + (f", {job.rejected} rejected" if job.rejected else "")
         + (f"; {turned}" if turned else "")
     )

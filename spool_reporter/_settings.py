@@ -198,20 +198,6 @@ SHOWN_URL_CHARS: Final = 80
 """A refused endpoint is quoted in ``status`` up to this many characters."""
 
 
-def redact_url(url: str) -> str:
-    """``url`` with the user name and password it carries (``https://user:secret@host/``) replaced by ``***``:
-    safe to print. Works on any text, a URL or not, without parsing it (a refused URL may not parse)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    userinfo, at, host = rest[:end].rpartition("@")
-    if not at:
-        return url
-    del userinfo
-    return f"{scheme}://***@{host}{rest[end:]}"
-
-
 def _shown(url: str) -> str:
     url = redact_url(url)
     return repr(url if len(url) <= SHOWN_URL_CHARS else url[: SHOWN_URL_CHARS - 1] + "…")

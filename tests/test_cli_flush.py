@@ -44,8 +44,11 @@ def test_flush_to_a_refused_endpoint_fails_and_keeps_events(sandbox: Sandbox, ap
     fill(app, sandbox.env, 2)
     result = cli(sandbox, "flush")  # the sandbox's endpoint: plain http to a remote host
     assert result.returncode == 1
-    assert result.stdout == "no-endpoint: sent 0, rejected 0, failed 0, still queued 2\n"
-    assert "is plain http:// to sandbox.invalid" in result.stderr
+    assert result.stdout == "invalid-endpoint: sent 0, rejected 0, failed 0, still queued 2\n"
+    # Invalid, and why: the reason status gives for the destination.
+    reason = cli(sandbox, "status").stdout.splitlines()[2].removeprefix("destination:   ")
+    assert reason.startswith("the endpoint 'http://sandbox.invalid/v1/batch' is plain http:// to sandbox.invalid")
+    assert result.stderr == f"The destination is invalid: {reason}; 2 queued events kept until it is fixed, not sent.\n"
     assert len(sandbox.spool_lines(app)) == 2
 
 
@@ -66,7 +69,7 @@ def test_flush_with_nothing_queued_succeeds(sandbox: Sandbox, named: bool) -> No
     """Its help says 0 when nothing is left to send, with or without a usable endpoint."""
     result = cli(sandbox, "flush", env=sandbox.env if named else unnamed(sandbox))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split(":")[0] == ("no-endpoint" if named else "disabled")
+    assert result.stdout.split(":")[0] == ("invalid-endpoint" if named else "disabled")
     assert "still queued 0" in result.stdout
     assert result.stderr == ""
     assert not (sandbox.home / "state").exists()

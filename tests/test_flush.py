@@ -19,6 +19,7 @@ from polling import wait_for
 from servers import Proxy, RefusedPort, Server, fill, serving, with_destination
 
 from spool_reporter import App, _flush, _http, _plan, _settings, _state
+from spool_reporter._hook import iso_time
 
 DEADLINE = 2.0  # with_destination() sets SPOOL_REPORTER_FLUSH_DEADLINE=2
 SLACK = 1.0  # thread start, file work, a loaded CI machine
@@ -290,7 +291,7 @@ def test_events_recorded_during_a_run_leave_in_that_run_up_to_the_round_limit(sa
         assert result.message == f"sent {2 + rounds - 1} events to {server.url()} in {rounds} rounds"
         assert len(queued_ids(sandbox, app)) == 1  # recorded during the last round: waits for the next run
         result, _ = timed_run(app, env)
-        assert (result.sent, result.message) == (1, f"sent 1 events to {server.url()}")
+        assert (result.sent, result.message) == (1, f"sent 1 event to {server.url()}")
 
 
 def test_progress_reports_each_batch(sandbox: Sandbox, app: App) -> None:
@@ -444,23 +445,29 @@ def test_soft_off_keeps_events_and_sends_nothing(sandbox: Sandbox, app: App) -> 
 def test_no_endpoint_keeps_events(sandbox: Sandbox, app: App) -> None:
     fill(app, sandbox.env, 2)
     result = _flush.run(app, foreground=True, environ=sandbox.env)
-    assert result.outcome == "no-endpoint"
+    assert result.outcome == "invalid-endpoint"
     assert result.remaining == 2
+    assert result.message.startswith("the destination is invalid: the endpoint ")
     assert "DJANGO_ANALYTICS_ENDPOINT" in result.message
     bad = _flush.run(app, foreground=True, environ={**sandbox.env, "DJANGO_ANALYTICS_ENDPOINT": "http://example.com/"})
-    assert bad.outcome == "no-endpoint"
+    assert bad.outcome == "invalid-endpoint"
     assert "https" in bad.message
 
 
 def test_unusable_endpoint_holds_background_flushers_back(sandbox: Sandbox, app: App) -> None:
     fill(app, sandbox.env, 1)
     env = {**sandbox.env, "DJANGO_ANALYTICS_ENDPOINT": "http://example.com/v1/batch"}  # remote plain http
-    assert _flush.run(app, foreground=True, environ=env).outcome == "no-endpoint"
+    assert _flush.run(app, foreground=True, environ=env).outcome == "invalid-endpoint"
     assert not (sandbox.state_dir(app) / "flush.notbefore").exists()
+    assert not (sandbox.state_dir(app) / "flush.log").exists()  # `flush` prints it; nothing to log
     before = time.time()
-    assert _flush.run(app, foreground=False, environ=env).outcome == "no-endpoint"
+    assert _flush.run(app, foreground=False, environ=env).outcome == "invalid-endpoint"
     gate = (sandbox.state_dir(app) / "flush.notbefore").stat().st_mtime
     assert before + 3500 < gate < time.time() + 3601
+    # The background run says why in its log, once per hour it holds the next one back.
+    (line,) = (sandbox.state_dir(app) / "flush.log").read_text().splitlines()
+    assert " invalid-endpoint: the endpoint 'http://example.com/v1/batch' is plain http:// to example.com" in line
+    assert line.endswith(f"(from DJANGO_ANALYTICS_ENDPOINT); kept 1; next try after {iso_time(gate)}")
 
 
 def test_nothing_queued(sandbox: Sandbox, app: App) -> None:
@@ -619,7 +626,8 @@ def test_unusable_spool_folder_is_a_failed_run_not_an_exception(sandbox: Sandbox
         for foreground in (True, False):
             result = _flush.run(app, foreground=foreground, environ=env)
             assert result.outcome == "failed"
-            assert "not usable" in result.message
+            assert result.message.startswith("cannot use the spool folder")
+            assert result.message.count(str(folder)) == 1  # the path, once
         assert _plan.plan(app, environ=env).events == []
         assert not server.received
     kept = sorted(p.name for p in elsewhere.iterdir() if not p.name.startswith(".verified-"))  # made by fill()

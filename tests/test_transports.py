@@ -8,7 +8,7 @@ from urllib.parse import parse_qs
 import pytest
 
 from spool_reporter import App, _event, _hook
-from spool_reporter._settings import Destination, is_loopback_host, redact_url, resolve, tuning
+from spool_reporter._settings import Destination, is_loopback_host, resolve, tuning
 from spool_reporter.transports import ga4, transport_for, ua
 from spool_reporter.transports import json as json_transport
 
@@ -137,20 +137,6 @@ def test_secret_is_redacted_everywhere() -> None:
     assert "s3cr3t" not in d.redacted_url()
     assert "s3cr3t" not in repr(d)
     assert d.redacted_url().endswith("measurement_id=G-ABC&api_secret=REDACTED")
-
-
-@pytest.mark.parametrize(
-    ("url", "shown"),
-    [
-        pytest.param("https://user:s3cret@host.example/v1?x=1", "https://***@host.example/v1?x=1", id="user-password"),
-        pytest.param("https://t0ken@host.example:8443/", "https://***@host.example:8443/", id="user-only"),
-        pytest.param("https://host.example/a@b", "https://host.example/a@b", id="at-in-the-path"),
-        pytest.param("ftp://a:b@c@host.example", "ftp://***@host.example", id="last-at-ends-it"),
-        pytest.param("not a url", "not a url", id="not-a-url"),
-    ],
-)
-def test_redact_url_hides_the_user_part(url: str, shown: str) -> None:
-    assert redact_url(url) == shown
 
 
 def test_destination_is_frozen_and_keyword_only() -> None:
