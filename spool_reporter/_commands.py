@@ -65,11 +65,6 @@ def _out(text: str = "", *, stream: TextIO | None = None) -> None:
     (stream or sys.stdout).write(text + "\n")
 
 
-def _n(count: int, noun: str) -> str:
-    """``1 event``, ``2 events`` (:func:`~._words.counted`)."""
-    return counted(count, noun)
-
-
 def _iso(epoch: float | None) -> str | None:
     return None if epoch is None else _hook.iso_time(epoch)
 
@@ -203,7 +198,7 @@ def _purge(app: App, env: Mapping[str, str]) -> str:
         raise CommandError(f"the spool is locked by another process (waited {LOCK_TIMEOUT:.0f} s); try again") from exc
     except OSError as exc:
         raise CommandError(folder_problem(path, exc)) from exc
-    return f"Deleted {_n(deleted, 'queued event')}" + (" and the record of what was sent." if had_record else ".")
+    return f"Deleted {counted(deleted, 'queued event')}" + (" and the record of what was sent." if had_record else ".")
 
 
 def _spool_summary(app: App, env: Mapping[str, str]) -> dict[str, Any]:
@@ -347,10 +342,10 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     oldest_epoch = parse_time(spool["oldest"]) if spool["oldest"] else None
     if oldest_epoch is not None:
         oldest = f", oldest {_age(now - oldest_epoch)} old ({spool['oldest']})"
-    _out(f"queued:        {_n(spool['queued'], 'event')}{oldest}")
+    _out(f"queued:        {counted(spool['queued'], 'event')}{oldest}")
     if spool["kept_local"]:
         _out(
-            f"kept local:    {_n(spool['kept_local'], 'event')} recorded in local mode, never sent "
+            f"kept local:    {counted(spool['kept_local'], 'event')} recorded in local mode, never sent "
             f"unless you run '{ctx.prog} enable'"
         )
     breakdown = ", ".join(f"{k} {v}" for k, v in sorted(spool["dropped_by_reason"].items()))
@@ -407,7 +402,7 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
         kept = count_local(app, env)
         _out(
             "Local mode: events are recorded on this machine and never sent"
-            + (f" ({_n(kept, 'event')} so far)" if kept else "")
+            + (f" ({counted(kept, 'event')} so far)" if kept else "")
             + f". See them with: {ctx.prog} flush --dry-run"
         )
         if _flusher_running(app, env):
@@ -418,20 +413,21 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
         try:
             moved = send_local(app, env, wait=LOCK_TIMEOUT)
         except _files.LockTimeout as exc:
+            kept = count_local(app, env)
             raise CommandError(
-                f"reporting is on, but the {_n(count_local(app, env), 'event')} recorded in local mode stay on "
-                f"this machine: the spool is locked by another process (waited {LOCK_TIMEOUT:.0f} s); run "
-                f"'{ctx.prog} enable' again to send them"
+                f"reporting is on, but the {counted(kept, 'event')} recorded in local mode "
+                f"{plural(kept, 'stays', 'stay')} on this machine: the spool is locked by another process "
+                f"(waited {LOCK_TIMEOUT:.0f} s); run '{ctx.prog} enable' again to send them"
             ) from exc
         except OSError as exc:
             raise CommandError(folder_problem(_hook.local_dir(app, env), exc)) from exc
         if moved.events:
             dest = _settings.resolve(app, env, user=user, policy=policy, read_files=False, sending=False).destination
             where = f" to {dest.redacted_url()}" if dest is not None else ""
-            dropped = f" (the caps dropped the oldest {_n(moved.dropped, 'event')})" if moved.dropped else ""
+            dropped = f" (the caps dropped the oldest {counted(moved.dropped, 'event')})" if moved.dropped else ""
             _out(
-                f"{_n(moved.events, 'event')} recorded in local mode joined the queue{dropped}: "
-                f"{_n(moved.queued, 'queued event')} will be sent{where} by the next flusher, or now with "
+                f"{counted(moved.events, 'event')} recorded in local mode joined the queue{dropped}: "
+                f"{counted(moved.queued, 'queued event')} will be sent{where} by the next flusher, or now with "
                 f"'{ctx.prog} flush'. See exactly what with: {ctx.prog} flush --dry-run"
             )
         _out(f"Reporting is on. See what would be sent with: {ctx.prog} flush --dry-run")
@@ -540,7 +536,7 @@ def cmd_sent(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         _out(json.dumps({"requests": list(record.requests), "damaged": record.damaged}, indent=2))
         return EXIT_OK
-    damaged = f"; {_n(record.damaged, 'damaged line')} skipped" if record.damaged else ""
+    damaged = f"; {counted(record.damaged, 'damaged line')} skipped" if record.damaged else ""
     if not record.requests:
         _out(
             "Nothing sent is on record: nothing was sent yet, or the record was deleted "
@@ -549,7 +545,7 @@ def cmd_sent(args: argparse.Namespace, ctx: Context) -> int:
         return EXIT_OK
     events = sum(int(str(r["events"])) for r in record.requests)
     _out(
-        f"{_n(len(record.requests), 'request')} on record, oldest first ({_n(events, 'event')}){damaged}; "
+        f"{counted(len(record.requests), 'request')} on record, oldest first ({counted(events, 'event')}){damaged}; "
         f"in {os.path.join(path, _spool.SENT_NAME)}."
     )
     for request in record.requests:
@@ -564,7 +560,7 @@ def cmd_sent(args: argparse.Namespace, ctx: Context) -> int:
             answer = f"no answer ({request.get('error')})"
         _out(
             f"\n--- {request['time']} {request['method']} {request['destination']}: {answer}; "
-            f"{_n(int(str(request['events'])), 'event')}, {len(body)} bytes"
+            f"{counted(int(str(request['events'])), 'event')}, {len(body)} bytes"
         )
         shown = _body_for_display(headers, body)
         _out(json.dumps(shown, indent=2) if not isinstance(shown, str) else shown)
@@ -662,7 +658,7 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
         summary = _spool_summary(app, env)
         kept = (summary["queued"] or 0) + (summary["kept_local"] or 0)
         _out(
-            f"local: nothing is sent in local mode; {_n(kept, 'event')} {plural(kept, 'stays', 'stay')} on this "
+            f"local: nothing is sent in local mode; {counted(kept, 'event')} {plural(kept, 'stays', 'stay')} on this "
             "machine. "
             f"'{ctx.prog} enable' sends them, '{ctx.prog} flush --dry-run' shows what would leave."
         )
@@ -689,7 +685,7 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
         result.outcome in ("disabled", "invalid-endpoint") and not remaining
     )
     if result.outcome == "delivered":
-        message = f"Sent {_n(result.sent, 'event')}" + (f", rejected {result.rejected}" if result.rejected else "")
+        message = f"Sent {counted(result.sent, 'event')}" + (f", rejected {result.rejected}" if result.rejected else "")
         dest = _settings.resolve(app, env).destination
         message += f" to {dest.redacted_url()}" if dest is not None else ""
         if result.refused:
@@ -699,14 +695,14 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
         user, policy, decision = _inputs(ctx)
         message = f"Reporting is off: {_consent.explain(decision.reason, environ=env, user=user, policy=policy)}"
         if result.purged:
-            message += f"; deleted {_n(result.purged, 'queued event')}"
+            message += f"; deleted {counted(result.purged, 'queued event')}"
         elif remaining:
-            message += f"; {_n(remaining, 'queued event')} kept, not sent"
+            message += f"; {counted(remaining, 'queued event')} kept, not sent"
         message += "."
     elif result.outcome == "invalid-endpoint":
         message = result.message[:1].upper() + result.message[1:]  # "The destination is invalid: <why>"
         if remaining:
-            message += f"; {_n(remaining, 'queued event')} kept until it is fixed, not sent"
+            message += f"; {counted(remaining, 'queued event')} kept until it is fixed, not sent"
         message += "."
     else:
         message = result.message
@@ -715,7 +711,7 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
     kept = count_local(app, env)
     if kept:
         _out(
-            f"{_n(kept, 'event')} recorded in local mode {plural(kept, 'stays', 'stay')} on this machine; "
+            f"{counted(kept, 'event')} recorded in local mode {plural(kept, 'stays', 'stay')} on this machine; "
             f"'{ctx.prog} enable' sends them."
         )
     return EXIT_OK if ok else EXIT_FAILED
@@ -763,10 +759,10 @@ def _dry_run(args: argparse.Namespace, ctx: Context) -> int:
         }
         _out(json.dumps(doc, indent=2))
         return EXIT_OK
-    _out(f"{_n(len(plan.events), 'queued event')}; nothing is sent by --dry-run.")
+    _out(f"{counted(len(plan.events), 'queued event')}; nothing is sent by --dry-run.")
     if plan.local_events:
         _out(
-            f"{_n(len(plan.local_events), 'event')} recorded in local mode "
+            f"{counted(len(plan.local_events), 'event')} recorded in local mode "
             f"{plural(len(plan.local_events), 'is', 'are')} kept on this machine"
             + (", shown below with the queue." if local else f"; only '{ctx.prog} enable' sends them.")
         )

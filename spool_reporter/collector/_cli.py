@@ -69,6 +69,8 @@ With --public, --json prints the document GET /v1/stats serves:
   "guarantee": the differential privacy guarantee, in words
   "epsilon", "min_count", "licence": the settings given (--epsilon, --min-count, --data-license)
   "made": when the newest release was made (null before the first)
+  "first_week": the first ISO week released (2026-W41), set by the calendar or the operator, never by the \
+data; null when none is set
   "downloads": the paths of every release as released, "json" and "csv"
   "weeks", "months", "quarters", "years": each period's newest release, oldest first: its name ("week", \
 "month", "quarter" or "year"), "release" (provisional or final), "made", "first_day", "last_day", "epsilon" \
