@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from . import SpoolReporterError, _consent, _files, _hook, _plan, _settings, _spool, _state
-from ._cli_common import print_error
+from ._cli_common import EXIT_FAILED, print_error
 from ._event import parse_time
 from ._hook import App
 from ._words import counted, plural
@@ -45,7 +45,6 @@ __all__ = [
 ]
 
 EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
 
 LOCK_TIMEOUT: Final = 10.0
 """Seconds ``disable``/``purge`` wait for the spool lock (a flusher holds it for a rename at a time)."""

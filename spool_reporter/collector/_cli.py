@@ -20,6 +20,7 @@ import textwrap
 from pathlib import Path
 
 from spool_reporter._cli_common import EXIT_STATUS, EXIT_USAGE, Parser, docs_page, print_error, run_guarded, run_program
+from spool_reporter._words import counted
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -433,9 +434,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server.stop()
     counts = server.app.counters.as_dict()
     print(
-        f"stopped after {_n(counts['requests'], 'request')}: {_n(counts['accepted'], 'event')} stored, "
-        f"{_n(counts['duplicates'], 'duplicate')}, {_n(counts['rejected'], 'request')} refused, "
-        f"{_n(counts['refused'], 'event')} refused",
+        f"stopped after {counted(counts['requests'], 'request')}: {counted(counts['accepted'], 'event')} stored, "
+        f"{counted(counts['duplicates'], 'duplicate')}, {counted(counts['rejected'], 'request')} refused, "
+        f"{counted(counts['refused'], 'event')} refused",
         flush=True,
     )
     return 0
@@ -525,8 +526,8 @@ def cmd_rollup(args: argparse.Namespace) -> int:
     closed = done.closed_through or "none yet"
     rolled = f" ({done.rolled[0]} to {done.rolled[-1]})" if done.rolled else ""
     print(
-        f"{where}: closed through {closed}; {_n(len(done.rolled), 'week')} rolled up{rolled}; "
-        f"{_n(done.deleted, 'event')} older than {args.retain_days:g} days deleted"
+        f"{where}: closed through {closed}; {counted(len(done.rolled), 'week')} rolled up{rolled}; "
+        f"{counted(done.deleted, 'event')} older than {args.retain_days:g} days deleted"
     )
     if done.released:
         names = ", ".join(f"{r.period} {r.kind}" for r in done.released)
@@ -551,13 +552,6 @@ def _existing_version(db: str) -> int | None:
         return store.schema_version() or 1
     finally:
         store.close()
-
-
-def _n(count: int, word: str) -> str:
-    """``1 developer``, ``2 developers``."""
-    from spool_reporter._words import counted
-
-    return counted(count, word)
 
 
 def _public_text(doc: dict[str, Any]) -> str:
@@ -593,8 +587,8 @@ def _public_text(doc: dict[str, Any]) -> str:
 def _text(stats: Stats, db: str) -> str:
     weeks = len(stats.weeks)
     head = (
-        f"{stats.app}: {_n(stats.developers, 'developer')}, {_n(stats.events, 'event')}, "
-        f"{_n(weeks, 'week')} with events ({db})"
+        f"{stats.app}: {counted(stats.developers, 'developer')}, {counted(stats.events, 'event')}, "
+        f"{counted(weeks, 'week')} with events ({db})"
     )
     lines = [head]
     if not stats.weeks:
@@ -678,11 +672,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
     else:
         print(_text(result, where))
         if others:
-            names = ", ".join(f"{name} ({_n(n, 'event')})" for name, n in others.items())
+            names = ", ".join(f"{name} ({counted(n, 'event')})" for name, n in others.items())
             print(f"other applications in this database: {names}; choose one with --app")
         if full.refused:
             total = sum(sum(r.values()) for r in full.refused.values())
-            print(f"refused: {_n(total, 'event')}")
+            print(f"refused: {counted(total, 'event')}")
             for week, reasons in full.refused.items():
                 print(f"  {week}  " + ", ".join(f"{reason}: {n}" for reason, n in reasons.items()))
         if args.html is not None:

@@ -34,10 +34,10 @@ import re
 
 from spool_reporter._event import OTHER
 from spool_reporter._version import __version__
+from spool_reporter._words import plural
 
 from ._public import CHECK_SECONDS, RELEASES_CSV_PATH, RELEASES_JSON_PATH, STATS_PATH
 from ._release import FINAL, PROVISIONAL, PROVISIONAL_SHARE
-from ._stats import plural
 from ._store import DEFAULT_MAX_AGE_DAYS
 from ._svg import (
     FOLD_CLASS,

@@ -18,12 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from spool_reporter import _words
-
 from ._store import BREAKDOWNS, EVENT_BREAKDOWN, Reader, Store, open_store
-
-plural = _words.plural
-"""The package's one pluralizer (:func:`spool_reporter._words.plural`), where the pages take it from."""
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

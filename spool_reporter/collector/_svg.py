@@ -23,6 +23,8 @@ import html
 import math
 import re
 
+from spool_reporter._words import plural
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -152,10 +154,9 @@ def trend(ident: str, title: str, points: Sequence[tuple[str, int | None]], *, e
             )
     for i, (week, value) in enumerate(points):
         if value is not None:
-            plural = "" if value == 1 else "s"
             parts.append(
                 f'<circle class="point" cx="{_x(i + 0.5, n)}" cy="{_y(value, top):.1f}" r="3">'
-                f"<title>{esc(week)}: {value:,} developer{plural}</title></circle>"
+                f"<title>{esc(week)}: {value:,} {plural(value, 'developer')}</title></circle>"
             )
     parts.append("</svg>")
     return "".join(parts)
@@ -285,10 +286,9 @@ def estimates_trend(ident: str, title: str, points: Sequence[tuple[str, Estimate
             )
     for i, (week, value) in enumerate(points):
         if value is not None and not value.fewer_than:
-            plural = "" if value.estimate == 1 else "s"
             parts.append(
                 f'<circle class="point" cx="{_x(i + 0.5, n)}" cy="{_y(value.estimate, top):.1f}" r="3">'
-                f"<title>{esc(week)}: about {value.estimate:,} developer{plural} "
+                f"<title>{esc(week)}: about {value.estimate:,} {plural(value.estimate, 'developer')} "
                 f"(95 %: {value.low:,}&#8211;{value.high:,})</title></circle>"
             )
     parts.append("</svg>")
