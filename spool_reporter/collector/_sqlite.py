@@ -262,6 +262,37 @@ def operational(exc: sqlite3.Error) -> bool:
     return any(part in text for part in _OPERATIONAL_TEXT)
 
 
+def _busy(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is SQLite's BUSY or LOCKED: another connection has the file for now."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in (5, 6)
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def _wal(conn: sqlite3.Connection) -> None:
+    """Put the file in WAL mode, which is persistent in the file: set once, every later connection gets it.
+
+    Changing the journal mode needs the file to itself, and SQLite answers BUSY at once there instead of calling
+    the busy handler: two processes opening the same new file (two gunicorn workers starting) made one of them
+    fail about one time in three. So the change is retried here, for at most :data:`BUSY_TIMEOUT_MS`, as any
+    other write waits.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.001
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
 def _unavailable(exc: sqlite3.Error, path: str) -> Unavailable:
     return Unavailable(f"the collector database {path} is unavailable: {exc}")
 
@@ -351,8 +382,7 @@ class SQLiteStore(Store):
         )
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
-        # journal_mode is persistent in the file: set once, every later connection gets WAL.
-        conn.execute("PRAGMA journal_mode = WAL")
+        _wal(conn)
         conn.execute("BEGIN IMMEDIATE")
         try:
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
