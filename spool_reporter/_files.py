@@ -40,6 +40,10 @@ from ._hook import (
     trusted_file,
 )
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
+
 __all__ = [
     "INTRUDER_PREFIX",
     "TMP_PREFIX",
@@ -55,11 +59,11 @@ __all__ = [
     "write_new",
 ]
 
-INTRUDER_PREFIX = ".intruder-"
+INTRUDER_PREFIX: Final = ".intruder-"
 """A folder planted at one of our file names is renamed aside to ``.intruder-<ns>-<pid>-<name>`` (anything
 else planted there is unlinked: that never touches what a link points to); the flusher logs and clears them."""
 
-TMP_PREFIX = "tmp-"
+TMP_PREFIX: Final = "tmp-"
 """Short-lived files written and renamed under the spool lock (or by the one flusher); one left by a killed
 process is deleted by the next claim."""
 
@@ -81,7 +85,7 @@ def _trusted_link(name: str, fd: int) -> str | None:
     return target if same else None
 
 
-MAX_LINKS = 40
+MAX_LINKS: Final = 40
 """Symlinks followed at most while opening one folder: the kernel's own limit (``MAXSYMLINKS``)."""
 
 
@@ -235,7 +239,7 @@ def reopen(folder: Folder, name: str, flags: int) -> tuple[int, os.stat_result]:
         return fd, st
 
 
-_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_BINARY
+_NEW_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_BINARY
 
 
 def write_new(folder: Folder, name: str, data: bytes) -> str:

@@ -346,9 +346,8 @@ class _Broken(dict[str, str]):
         return "BROKEN"
 
 
+#: Returned instead of a mapping when a file exists but cannot be trusted.
 BROKEN: "Final[dict[str, str]]" = _Broken()
-
-# Returned instead of a mapping when a file exists but cannot be trusted.
 
 
 def parse(data: "bytes") -> "dict[str, str] | None":
@@ -425,8 +424,9 @@ def is_broken(values: "dict[str, str] | None") -> "bool":
 # sent, so nothing is recorded -> off destination:none. The system policy is the first <config_name> file found in
 # the system configuration folders, in order (Linux: each entry of $XDG_CONFIG_DIRS, default /etc/xdg).
 
+#: Environment variables whose presence marks a CI run (``CI=false``/``0`` does not count): the generic marker
+#: most CI services set, then vendor-specific ones for those that do not.
 CI_VARIABLES: "Final" = (
-    # The generic marker most CI services set, then vendor-specific ones for those that do not.
     "CI",
     "CONTINUOUS_INTEGRATION",
     "GITHUB_ACTIONS",
@@ -447,16 +447,16 @@ CI_VARIABLES: "Final" = (
     "WOODPECKER",
 )
 
-# Environment variables whose presence marks a CI run (``CI=false``/``0`` does not count).
-
 #: Reasons that mean the user or the system said no: queued events are deleted, not kept.
 HARD_OFF_REASONS: "Final" = frozenset({"policy:disable", "user:disable"})
 
+#: The policy's default (``default=``, :attr:`Decision.mode`): opt-out (DEP 8's) unless it says otherwise.
 MODE_OPT_OUT: "Final" = "opt-out"
 
+#: ``default=off`` (or ``0``, ``no``, ``opt-in``): nothing is recorded until the user says yes.
 MODE_OPT_IN: "Final" = "opt-in"
 
-#: The policy's default (``default=``): opt-out unless it says opt-in or local (record, never send).
+#: ``default=local``: events are recorded and kept on this machine, never sent.
 MODE_LOCAL: "Final" = "local"
 
 
@@ -642,6 +642,7 @@ def _python() -> "tuple[str, str]":
     return names.get(impl, impl[:16].capitalize() or "Python"), f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
+#: Machine names folded to a small, fixed vocabulary (anything else is ``"other"``).
 ARCH: "Final" = {
     "x86_64": "x86_64",
     "amd64": "x86_64",
@@ -663,8 +664,6 @@ ARCH: "Final" = {
     "riscv64": "riscv64",
     "loongarch64": "loongarch64",
 }
-
-# Machine names folded to a small, fixed vocabulary (anything else is ``"other"``).
 
 
 def _os() -> "tuple[str, str, str]":
@@ -821,9 +820,9 @@ UID: "Final" = os.geteuid() if hasattr(os, "geteuid") else None
 
 LOCK_FLAGS: "Final" = os.O_RDWR | os.O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_BINARY
 
+#: O_RDWR, not O_WRONLY: the append reads the last byte back to detect a torn line.
 _APPEND_FLAGS: "Final" = os.O_RDWR | os.O_APPEND | os.O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_BINARY
 
-# O_RDWR, not O_WRONLY: the append reads the last byte back to detect a torn line.
 READ_FLAGS: "Final" = os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_BINARY
 
 
@@ -840,14 +839,16 @@ def trusted_file(st: "os.stat_result") -> "bool":
 
 DIR_FLAGS: "Final" = os.O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC
 
-OWN_LEVELS: "Final" = 2
-
-LOCAL_OWN_LEVELS: "Final" = OWN_LEVELS + 1
-
 #: The last two levels of a spool folder (``spool_reporter/<slug>``) are ours: real folders we own, 0700, never
 #: a symlink of any owner. Above them, a symlink is followed only if root or we own it: another user cannot make
 #: us walk into a folder of their choosing (``/home -> /var/home`` still works). The walk that checks all this,
 #: level by level through descriptors, is _files.open_dirs; Folder takes it only when _known_folder cannot.
+OWN_LEVELS: "Final" = 2
+
+#: The local-mode spool (LOCAL_FOLDER) is one level deeper: its last three levels are ours.
+LOCAL_OWN_LEVELS: "Final" = OWN_LEVELS + 1
+
+#: The marker ``.verified-<dev>-<inode>`` that Folder leaves in a folder a full walk verified (_known_folder).
 VERIFIED_PREFIX: "Final" = ".verified-"
 
 
@@ -1063,7 +1064,7 @@ def append(folder: "Folder", line: "bytes", *, max_events: "int" = MAX_EVENTS, m
 
 # === record(): the hook itself ======================================================================================
 
-# Set in the flusher's environment: nothing is recorded from inside it or its children (no recursion).
+#: Set in the flusher's environment: nothing is recorded from inside it or its children (no recursion).
 FLUSHER_ENV: "Final" = "SPOOL_REPORTER_FLUSHER"
 
 

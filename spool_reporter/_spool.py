@@ -66,32 +66,35 @@ from ._hook import (
 )
 from ._words import counted
 
-REFUSED_NAME = "refused"
-"""One byte per event refused beside a busy lock past :data:`MAX_ASIDE` (see :func:`append_aside`)."""
-
-ASIDE_PREFIX = ".aside-"
-ASIDE_SUFFIX = ".tmp"
-""":func:`append_aside` writes ``.aside-<pid>-<random>.tmp``, then renames it to a one-line segment."""
-
-SENT_NAME = "sent.jsonl"
-SENT_OLD_NAME = "sent.jsonl.1"
-"""The record of what left (:mod:`._sent`, which the hook never imports: a purge only unlinks these)."""
-
-STALE_ASIDE_SECONDS = 60.0
-"""An aside file is written and renamed within microseconds: one this old (or whose writer is gone) was left by
-a process killed in between, and :func:`tidy` publishes or removes it."""
-
-DESTINATION_PREFIX = "destination_"
-"""``counters`` keys of events the destination refused inside a 2xx, by its reason (``destination_too_old``):
-no drop counter's key starts so, and neither does ``refused`` (events turned away beside a busy lock)."""
-
-MAX_DESTINATION_REASONS = 32
-"""Distinct reasons kept in ``counters`` (the collector has 19); a further one is counted as ``other``, so a
-hostile destination cannot grow the file past what :func:`read_counters` reads."""
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from typing import Final
+
+REFUSED_NAME: Final = "refused"
+"""One byte per event refused beside a busy lock past :data:`MAX_ASIDE` (see :func:`append_aside`)."""
+
+ASIDE_PREFIX: Final = ".aside-"
+""":func:`append_aside` writes ``.aside-<pid>-<random>.tmp``, then renames it to a one-line segment."""
+ASIDE_SUFFIX: Final = ".tmp"
+"""The suffix of an aside file (:data:`ASIDE_PREFIX`)."""
+
+SENT_NAME: Final = "sent.jsonl"
+"""The record of what left (:mod:`._sent`, which the hook never imports: a purge only unlinks these)."""
+SENT_OLD_NAME: Final = "sent.jsonl.1"
+""":data:`SENT_NAME` rotated once (``_sent`` keeps one older file)."""
+
+STALE_ASIDE_SECONDS: Final = 60.0
+"""An aside file is written and renamed within microseconds: one this old (or whose writer is gone) was left by
+a process killed in between, and :func:`tidy` publishes or removes it."""
+
+DESTINATION_PREFIX: Final = "destination_"
+"""``counters`` keys of events the destination refused inside a 2xx, by its reason (``destination_too_old``):
+no drop counter's key starts so, and neither does ``refused`` (events turned away beside a busy lock)."""
+
+MAX_DESTINATION_REASONS: Final = 32
+"""Distinct reasons kept in ``counters`` (the collector has 19); a further one is counted as ``other``, so a
+hostile destination cannot grow the file past what :func:`read_counters` reads."""
 
 __all__ = [
     "add_counter",
@@ -372,7 +375,7 @@ def seal_active(folder: Folder) -> tuple[str, int] | None:
     return name, lines
 
 
-SCAN_LIMIT = 64 * 1024 * 1024
+SCAN_LIMIT: Final = 64 * 1024 * 1024
 """:func:`recut` reads at most this much of a damaged file (~30 ms): what lies beyond is one corrupt remainder."""
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Mapping
+from typing import Final
 
 from . import SpoolReporterError, _files, _hook
 from ._hook import App
 
-CONFIG_LOCK_WAIT = 2.0
+CONFIG_LOCK_WAIT: Final = 2.0
 """Seconds to wait for the config file's lock (held by a hook for microseconds)."""
 
 
