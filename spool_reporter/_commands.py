@@ -1,5 +1,6 @@
 """The management commands' work: ``status``, ``enable``, ``disable``, ``flush`` (and ``--dry-run``), ``sent``,
-``purge``, ``reset-id`` and ``forget``, each a function of the parsed flags and a :class:`~spool_reporter.cli.Context`.
+``purge``, ``reset-id`` and ``forget``, each a function of the parsed flags and a :class:`Context` (defined here,
+below the command line; :mod:`spool_reporter.cli` publishes it).
 
 :mod:`spool_reporter.cli` holds the table of these commands (:data:`~spool_reporter.cli.COMMANDS`) and the
 argparse and Click front ends; this module holds what each command does and says. Results go to stdout, problems
@@ -18,7 +19,8 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, TextIO
+from dataclasses import dataclass
+from typing import Any, Final, TextIO
 
 from . import SpoolReporterError, _consent, _files, _hook, _plan, _settings, _spool, _state
 from ._cli_common import EXIT_FAILED, print_error
@@ -26,13 +28,11 @@ from ._event import parse_time
 from ._hook import App
 from ._words import counted, plural
 
-if TYPE_CHECKING:
-    from .cli import Context
-
 __all__ = [
     "EXIT_FAILED",
     "EXIT_OK",
     "CommandError",
+    "Context",
     "cmd_disable",
     "cmd_enable",
     "cmd_flush",
@@ -55,6 +55,16 @@ PROGRESS_MIN_EVENTS: Final = 1000
 
 class CommandError(SpoolReporterError):
     """A failure to report on stderr with exit status 1."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """Who a command runs for: the App, the environment it reads, and the command line that runs it."""
+
+    app: App
+    env: Mapping[str, str]
+    prog: str
+    """``django-spool``, or ``mytool analytics``: named in messages such as "see it with ... flush --dry-run"."""
 
 
 # --- helpers -------------------------------------------------------------------------------------------

@@ -40,7 +40,6 @@ from urllib.parse import quote, urlsplit
 
 from . import _hook
 from ._hook import App
-from .transports import NAMES
 
 __all__ = [
     "Destination",
@@ -59,11 +58,16 @@ __all__ = [
 DEFAULT_TRANSPORT: Final = "json"
 """The self-hosted collector: the only destination that provably stores no IP address."""
 
+TRANSPORTS: Final = ("json", "ga4", "ua")
+"""The transports a ``transport=`` setting may name, each a module of :mod:`spool_reporter.transports`."""
+
 MAX_URL_CHARS: Final = 2048
 """An endpoint longer than this is a mistake (or an attempt to smuggle data in the URL)."""
 
 _KEYS: Final = ("transport", "measurement_id", "api_secret", "tracking_id")
+"""The keys beside ``endpoint=`` that describe a destination in the user file or the policy."""
 _ID_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
+"""What a GA4 measurement id, API secret or UA tracking id may hold (at most 100 of them)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -296,10 +300,10 @@ def resolve(
         "policy": "the system policy",
         "app": f"{app.name}'s default destination",
     }.get(source, app.env_endpoint)
-    if transport not in NAMES:
+    if transport not in TRANSPORTS:
         return Resolved(
             destination=None,
-            reason=f"unknown transport {transport!r} (use {', '.join(NAMES)}; from {where})",
+            reason=f"unknown transport {transport!r} (use {', '.join(TRANSPORTS)}; from {where})",
             source=source,
         )
     problem = endpoint_problem(endpoint)

@@ -23,6 +23,7 @@ from ._cli_common import EXIT_STATUS, EXIT_USAGE, pipe_closed, run_guarded, run_
 from ._cli_common import Parser as _Parser
 from ._commands import (
     CommandError,
+    Context,
     check_enable_args,
     check_flush_args,
     cmd_disable,
@@ -58,16 +59,6 @@ docs: {docs_url}
 )
 """The footer of every ``--help``; its first line is :data:`~spool_reporter._cli_common.EXIT_STATUS`, as for the
 collector's commands."""
-
-
-@dataclass(frozen=True)
-class Context:
-    """Who a command runs for: the App, the environment it reads, and the command line that runs it."""
-
-    app: App
-    env: Mapping[str, str]
-    prog: str
-    """``django-spool``, or ``mytool analytics``: named in messages such as "see it with ... flush --dry-run"."""
 
 
 @dataclass(frozen=True)

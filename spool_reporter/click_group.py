@@ -24,8 +24,9 @@ import os
 
 import click
 
+from ._commands import Context
 from ._hook import App
-from .cli import COMMANDS, Command, Context, execute, help_words
+from .cli import COMMANDS, Command, execute, help_words
 
 __all__ = ["reporting_group"]
 

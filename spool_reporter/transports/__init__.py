@@ -25,13 +25,12 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from spool_reporter._settings import Destination
 
 __all__ = [
-    "NAMES",
     "Batch",
     "Event",
     "Prepared",
@@ -43,9 +42,6 @@ __all__ = [
 
 Event = Mapping[str, object]
 """One spooled event, already validated against the allowlist by :func:`spool_reporter._event.validate`."""
-
-NAMES: Final = ("json", "ga4", "ua")
-"""The transports a ``transport=`` setting may name; ``json`` is the default (the self-hosted collector)."""
 
 
 @dataclass(frozen=True, kw_only=True)
