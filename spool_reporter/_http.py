@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 from . import _settings
+from ._net import is_localhost_name, is_loopback
 from .transports import Request
 
 if TYPE_CHECKING:
@@ -131,16 +132,16 @@ def no_proxy_matches(no_proxy: str, host: str, port: int | None) -> bool:
 def proxy_for(url: str, environ: Mapping[str, str]) -> str | None:
     """The proxy URL to reach ``url`` through (``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY``), or ``None``.
 
-    A loopback destination (:func:`~._settings.is_loopback_host`) never goes through a proxy, whatever the
-    environment says: plain ``http://`` is allowed only there, and a proxy would see every event in clear
-    text (and could answer 2xx for a collector it never reached). ``NO_PROXY`` is matched as curl and requests
+    A loopback destination (:func:`~._net.is_loopback` with ``localhost_names``) never goes through a proxy,
+    whatever the environment says: plain ``http://`` is allowed only there, and a proxy would see every event in
+    clear text (and could answer 2xx for a collector it never reached). ``NO_PROXY`` is matched as curl and requests
     match it (:func:`no_proxy_matches`). With no proxy variable at all in the process's own environment, the
     system's settings apply (:func:`urllib.request.getproxies` and :func:`~urllib.request.proxy_bypass` read
     them on macOS and Windows).
     """
     parts = urlsplit(url)
     host = parts.hostname or ""
-    if _settings.is_loopback_host(host):
+    if is_loopback(host, localhost_names=True):
         return None
     proxies = _env_proxies(environ)
     if not proxies and environ is os.environ:
@@ -291,7 +292,7 @@ class Sender:
             "decode_content": False,
             "timeout": timeout,
         }
-        if _settings.is_localhost_name(urlsplit(request.url).hostname or ""):
+        if is_localhost_name(urlsplit(request.url).hostname or ""):
             response = _localhost_request(self._pool, request, options)
         else:
             response = self._pool.request(request.method, request.url, **options)

@@ -30,7 +30,6 @@ tests can use sub-second deadlines and back-offs; they can only shorten the defa
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import os
 from collections.abc import Mapping
@@ -40,12 +39,11 @@ from urllib.parse import quote, urlsplit
 
 from . import _hook
 from ._hook import App
+from ._net import is_loopback
 
 __all__ = [
     "Destination",
     "endpoint_problem",
-    "is_localhost_name",
-    "is_loopback_host",
     "local_text",
     "no_destination_text",
     "redact_url",
@@ -162,42 +160,6 @@ class Resolved:
     nothing names one, or in local mode when sending."""
 
 
-def _bare(host: str) -> str:
-    """``host`` in lower case without the brackets of an IPv6 literal or the trailing dot of a name."""
-    name = host.strip().lower()
-    if name.startswith("[") and name.endswith("]"):
-        return name[1:-1]
-    return name[:-1] if name.endswith(".") else name
-
-
-def is_localhost_name(host: str) -> bool:
-    """``localhost`` or a name under it (``collector.localhost``), in any case, with or without a trailing dot.
-
-    RFC 6761 reserves these names for loopback: the flusher connects to them on 127.0.0.1 (then ``::1``)
-    without asking any resolver, so they never reach DNS (or a proxy).
-    """
-    name = _bare(host)
-    return name == "localhost" or name.endswith(".localhost")
-
-
-def is_loopback_host(host: str) -> bool:
-    """Whether ``host`` is this machine: a ``localhost`` name (:func:`is_localhost_name`), 127.0.0.0/8, ``::1``
-    or ``::ffff:127.0.0.0/104``, with or without brackets.
-
-    The client's one loopback rule: plain ``http://`` is accepted only to such a host, and such a host never
-    goes through a proxy. IPv4-mapped addresses are checked explicitly: ``ipaddress`` calls them loopback only
-    from Python 3.13 on.
-    """
-    if is_localhost_name(host):
-        return True
-    try:
-        address = ipaddress.ip_address(_bare(host))
-    except ValueError:
-        return False
-    mapped = getattr(address, "ipv4_mapped", None)
-    return address.is_loopback or (mapped is not None and mapped.is_loopback)
-
-
 SHOWN_URL_CHARS: Final = 80
 """A refused endpoint is quoted in ``status`` up to this many characters."""
 
@@ -234,7 +196,7 @@ def endpoint_problem(url: str) -> str | None:
         return f"the endpoint {shown} carries a user name or password; it must not"
     if parts.fragment:
         return f"the endpoint {shown} has a #fragment; it must not"
-    if parts.scheme == "http" and not is_loopback_host(host):
+    if parts.scheme == "http" and not is_loopback(host, localhost_names=True):
         return (
             f"the endpoint {shown} is plain http:// to {host}, which is only allowed to a loopback host "
             "(127.0.0.1, ::1, localhost); use https://"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import selectors
 import signal
 import socket
 import subprocess
@@ -133,6 +134,41 @@ def test_stop_answers_what_it_cannot_finish(tmp_path: Path) -> None:
             assert sock.recv(4096).startswith(b"HTTP/1.0 503 ")
     with pytest.raises(OSError):  # and nothing listens any more
         socket.create_connection(("127.0.0.1", srv.port), timeout=2).close()
+
+
+def test_an_ipv4_mapped_loopback_host_is_this_machine(tmp_path: Path, sandbox: object) -> None:
+    # ::ffff:127.0.0.1 is loopback, which ipaddress says only from Python 3.13 on: serve must not warn that
+    # clients reach it over the network, and the GA4 forwarder may send plain HTTP there (a test double).
+    from spool_reporter.collector import CollectorError
+    from spool_reporter.collector._forward import check_endpoint
+
+    serve_args = ["serve", "--port", "0", "--db", str(tmp_path / "c.db"), "--host", "::ffff:127.0.0.1"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spool_reporter.collector", *serve_args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=sandbox.env,  # type: ignore[attr-defined]
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            assert sel.select(30), "the collector printed nothing in time"
+        assert proc.stdout.readline().startswith("listening on http://[::ffff:127.0.0.1]:")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert err == ""
+    url = "http://[::ffff:127.0.0.1]:9/mp/collect"
+    assert check_endpoint(url) == url
+    # The forwarder asks the system resolver: only the name localhost itself is this machine for certain.
+    assert check_endpoint("http://localhost:9/mp/collect")
+    with pytest.raises(CollectorError, match="plain http only to this machine"):
+        check_endpoint("http://collector.localhost:9/mp/collect")
 
 
 def test_cli_help_names_the_command_that_works(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ from urllib.parse import parse_qs
 import pytest
 
 from spool_reporter import App, _event, _hook
-from spool_reporter._settings import Destination, is_loopback_host, resolve, tuning
+from spool_reporter._net import is_loopback
+from spool_reporter._settings import Destination, resolve, tuning
 from spool_reporter.transports import ga4, transport_for, ua
 from spool_reporter.transports import json as json_transport
 
@@ -55,12 +56,31 @@ def test_endpoint_validation(app: App, url: str, ok: bool) -> None:
         assert resolved.reason
 
 
-def test_loopback_hosts() -> None:
-    assert is_loopback_host("127.0.0.1")
-    assert is_loopback_host("[::1]")
-    assert is_loopback_host("LOCALHOST")
-    assert not is_loopback_host("128.0.0.1")
-    assert not is_loopback_host("localhost.example")
+@pytest.mark.parametrize(
+    ("host", "client", "collector"),
+    [
+        pytest.param("127.0.0.1", True, True, id="ipv4"),
+        pytest.param("127.8.9.10", True, True, id="ipv4-net"),
+        pytest.param("::1", True, True, id="ipv6"),
+        pytest.param("[::1]", True, True, id="ipv6-brackets"),
+        pytest.param("::ffff:127.0.0.1", True, True, id="ipv4-mapped"),
+        pytest.param("[::ffff:7f00:1]", True, True, id="ipv4-mapped-hex"),
+        pytest.param("localhost", True, True, id="localhost"),
+        # Names the client pins to 127.0.0.1 itself; the collector would ask the system resolver.
+        pytest.param("LOCALHOST", True, False, id="localhost-upper"),
+        pytest.param("localhost.", True, False, id="localhost-dot"),
+        pytest.param("collector.localhost", True, False, id="under-localhost"),
+        pytest.param("128.0.0.1", False, False, id="other-ipv4"),
+        pytest.param("::ffff:10.0.0.1", False, False, id="other-mapped"),
+        pytest.param("::2", False, False, id="other-ipv6"),
+        pytest.param("localhost.example", False, False, id="lookalike"),
+        pytest.param("127.0.0.1.nip.io", False, False, id="lookalike-ip"),
+        pytest.param("", False, False, id="empty"),
+    ],
+)
+def test_loopback_hosts(host: str, client: bool, collector: bool) -> None:
+    assert is_loopback(host, localhost_names=True) is client
+    assert is_loopback(host) is collector
 
 
 def test_no_endpoint_gives_a_reason(app: App) -> None:

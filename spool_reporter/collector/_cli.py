@@ -374,10 +374,11 @@ def _db(args: argparse.Namespace) -> str | None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from spool_reporter._net import is_loopback
+
     from . import CollectorError, GA4Forwarder, serve
     from ._config import limits, policy, retention
     from ._forward import GA4_ENDPOINT
-    from ._server import is_loopback
 
     if not 0 <= args.port <= 65535:
         print_error(args.collector_prog, f"port must be 0-65535, got {args.port}")

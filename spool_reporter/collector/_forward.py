@@ -25,9 +25,9 @@ import threading
 import time
 
 from spool_reporter._event import parse_time
+from spool_reporter._net import is_loopback
 from spool_reporter.transports import ga4 as _ga4
 
-from ._server import is_loopback
 from ._store import COLUMNS, CollectorError
 
 TYPE_CHECKING = False
@@ -75,7 +75,7 @@ def check_endpoint(url: str) -> str:
         raise CollectorError(msg) from exc
     if parsed.scheme == "https" and parsed.host:
         return url
-    if parsed.scheme == "http" and parsed.host and is_loopback(parsed.host.strip("[]")):
+    if parsed.scheme == "http" and parsed.host and is_loopback(parsed.host):
         return url
     msg = "the GA4 endpoint must be https:// (plain http only to this machine)"
     raise CollectorError(msg)

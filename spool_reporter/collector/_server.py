@@ -135,16 +135,6 @@ def _family(host: str) -> socket.AddressFamily:
         return socket.AF_INET
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names only this machine (``localhost``, ``127.x``, ``::1``)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class CollectorServer:
     """A bound (listening) embedded server for a :class:`~spool_reporter.collector.Collector`.
 
