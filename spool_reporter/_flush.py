@@ -361,13 +361,21 @@ class _Run:
         return None
 
 
-def _purge(app: App, env: Mapping[str, str]) -> int:
+def purge(app: App, env: Mapping[str, str], *, busy_ok: bool = False) -> int:
+    """What a run deletes when the user said no: the queue and the local folder, under the spool locks (waited
+    for :data:`SPOOL_LOCK_TIMEOUT`); how many events. 0 when there is no folder of ours; a lock that stays busy
+    raises :class:`~._files.LockTimeout`, or, with ``busy_ok`` (``forget``), is 0 too: the hook holds it for
+    microseconds, a flusher for a rename, so only a stuck process keeps it."""
     from ._local import purge_app
 
     try:
         return purge_app(app, env, wait=SPOOL_LOCK_TIMEOUT)
     except (NotADirectoryError, _hook.SpoolError):
         return 0
+    except _files.LockTimeout:
+        if busy_ok:
+            return 0
+        raise
 
 
 def run(
@@ -430,7 +438,7 @@ def _run(
     user, policy = _hook.read_inputs(app, env)
     decision = _hook.decide(app, env, user, policy)
     if not decision.enabled:
-        purged = _purge(app, env) if decision.hard_off else 0
+        purged = purge(app, env) if decision.hard_off else 0
         return FlushResult(
             outcome="disabled",
             purged=purged,
@@ -605,7 +613,7 @@ def _inherited_lock(env: Mapping[str, str], folder: _hook.Folder) -> int | None:
 def _stopped(job: _Run, decision: _hook.Decision, refused: dict[str, int], turned: str) -> FlushResult:
     """The end of a run that the user's "no" stopped (:meth:`_Run.may_send`): what was deleted, and what was
     sent before it."""
-    purged = _purge(job.app, job.env) if decision.hard_off else 0
+    purged = purge(job.app, job.env) if decision.hard_off else 0
     outcome = "disabled" if not decision.enabled else "local"
     why = _consent.explain(decision.reason)
     message = (

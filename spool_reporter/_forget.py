@@ -196,7 +196,7 @@ def _run(app: App, *, environ: Mapping[str, str] | None, send_while_off: bool) -
             folder.close()
             return Result("busy", "a flusher is still running (it kept its lock); try again")
     try:
-        purged = _purge(app, env)
+        purged = _flush.purge(app, env, busy_ok=True)
         if old is None:
             return Result("no-id", "this machine has no client id: nothing was ever sent under one", purged=purged)
         if not decision.enabled and not send_while_off:
@@ -212,7 +212,7 @@ def _run(app: App, *, environ: Mapping[str, str] | None, send_while_off: bool) -
         url = None if destination is None else forget_url(destination)
         if url is None:
             new = _replace(app, env)
-            purged += _purge(app, env)
+            purged += _flush.purge(app, env, busy_ok=True)
             return Result(
                 "cannot",
                 f"{_cannot(destination, resolved.reason)}. Your old client id: {old}",
@@ -234,7 +234,7 @@ def _run(app: App, *, environ: Mapping[str, str] | None, send_while_off: bool) -
                 old_id=old,
             )
         new = _replace(app, env)
-        purged += _purge(app, env)  # what the hook queued under the old id meanwhile
+        purged += _flush.purge(app, env, busy_ok=True)  # what the hook queued under the old id meanwhile
         count = "its events" if deleted is None else counted(deleted, "event")
         return Result(
             "forgotten",
@@ -260,17 +260,6 @@ def _replace(app: App, env: Mapping[str, str]) -> str:
     new = uuid4()
     update(app, {"client_id": new}, env)
     return new
-
-
-def _purge(app: App, env: Mapping[str, str]) -> int:
-    """The flusher's purge (under the spool locks: the queue and the local folder); 0 if a lock stays busy (the
-    hook holds it for microseconds, a flusher for a rename: only a stuck process keeps it)."""
-    from . import _files, _flush
-
-    try:
-        return _flush._purge(app, env)
-    except _files.LockTimeout:
-        return 0
 
 
 # --- the command line: ``django-spool forget`` (spool_reporter/cli.py's ``cmd_forget``) -------------------------
