@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from _typeshed import SupportsWrite
 
+EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 """argparse's status for a usage error."""

@@ -23,14 +23,12 @@ from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
 from . import SpoolReporterError, _consent, _files, _hook, _plan, _settings, _spool, _state
-from ._cli_common import EXIT_FAILED, print_error
+from ._cli_common import EXIT_FAILED, EXIT_OK, print_error
 from ._event import parse_time
 from ._hook import App
 from ._words import counted, plural
 
 __all__ = [
-    "EXIT_FAILED",
-    "EXIT_OK",
     "CommandError",
     "Context",
     "cmd_disable",
@@ -43,8 +41,6 @@ __all__ = [
     "cmd_status",
     "folder_problem",
 ]
-
-EXIT_OK: Final = 0
 
 LOCK_TIMEOUT: Final = 10.0
 """Seconds ``disable``/``purge`` wait for the spool lock (a flusher holds it for a rename at a time)."""

@@ -129,7 +129,7 @@ class App:
         config_name: "str | None" = None,
         env_prefix: "str | None" = None,
         cli_name: "str" = "django-spool",
-        docs_url: "str" = "https://spool-reporter.readthedocs.io/",
+        docs_url: "str" = "https://spool-reporter.readthedocs.io/",  # _cli_common.DOCS_URL, not imported (argparse)
         endpoint: "str | None" = None,
         transport: "str" = "json",
         notice_revision: "int" = 0,
