@@ -103,10 +103,12 @@ def django(session: nox.Session) -> None:
 
 @nox.session(python=TOOLS_PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check."""
-    session.install("ruff>=0.8")
+    """ruff check, ruff format --check, and the import contracts of ``pyproject.toml`` (``lint-imports``)."""
+    session.install("ruff>=0.8", "import-linter>=2.1")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    # Reads the source where it stands (the current folder is on its path): no install of the package needed.
+    session.run("lint-imports")
 
 
 @nox.session(python=TOOLS_PYTHON)

@@ -22,7 +22,8 @@
 #
 # Rules for this module: standard library only (os, sys, time, stat, fcntl -- modules a Django process already
 # has); no filelock, urllib3, platformdirs, uuid, platform or json; no network, no name resolution, no fsync;
-# never print except the one-time notice and the debug echo. Do not log here.
+# never print except the one-time notice and the debug echo. Do not log here. The rest of the package is imported
+# only inside functions, on rare paths (docs/design-notes.md, "Imports run one way").
 #
 # No `from __future__ import annotations` here or in the package's __init__: it imports the __future__ module,
 # 0.55 M instructions that a Django process has not paid yet. Annotations are quoted instead.

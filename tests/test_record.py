@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -49,6 +50,26 @@ def test_hook_path_imports_none_of_the_heavy_modules(sandbox: Sandbox, app: App)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
     assert len(sandbox.spool_lines(app)) == 1
+
+
+def test_the_hook_imports_upward_only_inside_functions() -> None:
+    # docs/design-notes.md, "Imports run one way": importing the hook loads no other module of the package (the
+    # doorway is imported already); `lint-imports` checks the layers, and this that the exceptions stay lazy.
+    import spool_reporter
+
+    code = "import sys, spool_reporter._hook; print(*sorted(m for m in sys.modules if m.startswith('spool_reporter')))"
+    root = Path(spool_reporter.__file__).parents[1]
+    # -S: no site-packages, so no .pth file arms or imports anything first.
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["spool_reporter", "spool_reporter._hook"]
 
 
 def test_record_returns_true_and_spools_one_line(sandbox: Sandbox, app: App) -> None:
