@@ -27,8 +27,8 @@ TEST_DEPS = [
     "filelock>=3.16",
 ]
 """click: the optional Click group (``spool_reporter.click_group``) is tested; it is never a runtime dependency.
-pillow reads the public page's screenshots in tests/test_public_browser.py. filelock is the reference the lock
-protocol is tested against (tests/test_lock_interop.py): another program holding spool.lock through filelock
+pillow reads the public page's screenshots in tests/collector/test_public_browser.py. filelock is the reference the lock
+protocol is tested against (tests/client/test_lock_interop.py): another program holding spool.lock through filelock
 excludes the hook, and the reverse; the package itself takes every lock through the folder's descriptor."""
 
 DOCS_DEPS = ["sphinx>=7", "myst-parser>=3", "furo>=2024.8.6"]

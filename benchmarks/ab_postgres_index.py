@@ -1,7 +1,7 @@
 """What schema 5's index on ``events (week, client_id)`` costs PostgreSQL ingest, against the index on ``week``
 alone that it replaced, side by side: not part of ``nox -s bench`` (a one-off measurement for the design notes).
 
-A throw-away PostgreSQL with ``fsync`` on (``tests/pg.py``); each round, for each index in turn, a fresh schema
+A throw-away PostgreSQL with ``fsync`` on (``tests/support/pg.py``); each round, for each index in turn, a fresh schema
 takes ``--batches`` batches of 500 events of 2,000 client ids through the WSGI application in one thread (the
 path of ``bench_collector.py``'s in-process figure). Prints each round's events per second and the ratio of
 the medians.

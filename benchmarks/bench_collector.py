@@ -3,7 +3,7 @@
 **Ingest.** Four collectors run at once, each in its own processes: the embedded server
 (``python -m spool_reporter.collector serve``) and ``gunicorn spool_reporter.collector.wsgi:application``
 (2 workers x 4 threads, as the self-hosting docs run it), each on SQLite and on a real PostgreSQL started
-here (``tests/pg.py``, with ``fsync`` on: a 2xx is a durable commit, as in production). Rounds are
+here (``tests/support/pg.py``, with ``fsync`` on: a 2xx is a durable commit, as in production). Rounds are
 interleaved: in each round every collector takes its turn, in a rotating order. In a turn, four client
 processes, each with its 500-event batches built beforehand (25 client ids x 20 events each, dated within
 the last day), start together and post as fast as the collector answers. Throughput is all events over the

@@ -44,7 +44,7 @@ the one raw week of 100,000 developers (what each open week adds to it); and fro
 100,000 developers (the real week's roll-up rows copied to the 51 before it). Printed, not asserted. A raw
 point slower than a second is timed once.
 
-PostgreSQL is a real server started here (``tests/pg.py``), with ``fsync`` off: the loads would otherwise
+PostgreSQL is a real server started here (``tests/support/pg.py``), with ``fsync`` off: the loads would otherwise
 dominate the run, and no timed request writes.
 
     python benchmarks/bench_stats.py [--rounds 20] [--runs 7] [--raw-developers 5000]

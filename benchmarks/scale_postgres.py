@@ -2,7 +2,7 @@
 out" in ``docs/design-notes.md``. Run by hand, one part at a time; not part of ``nox -s bench`` (it loads
 millions of rows and asserts nothing).
 
-``ingest``: gunicorn (2 workers x 4 threads, as ``bench_collector.py``) on a real PostgreSQL (``tests/pg.py``,
+``ingest``: gunicorn (2 workers x 4 threads, as ``bench_collector.py``) on a real PostgreSQL (``tests/support/pg.py``,
 ``fsync`` on), four client processes posting batches of ``--events`` events, **one client id per request and a
 new connection per request**, as a flusher does. Besides requests/s and events/s it reads what each request cost
 whom: CPU seconds of the PostgreSQL server's processes and of gunicorn's (``/proc``, children included), WAL

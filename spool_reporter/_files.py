@@ -291,7 +291,8 @@ class FolderLock:
     """The exclusive OS lock on lock file ``name`` of ``folder``, as the hook takes it (:func:`~._hook.lock_fd`):
     opened relative to the folder's descriptor, never by path or through a symlink (anything planted at the name
     is set aside), and taken within ``timeout`` seconds (``0``: one try) or :class:`LockTimeout`. The same
-    ``flock`` as :class:`filelock.FileLock` takes on that file (``tests/test_lock_interop.py``). Not re-entrant."""
+    ``flock`` as :class:`filelock.FileLock` takes on that file (``tests/client/test_lock_interop.py``). Not
+    re-entrant."""
 
     def __init__(self, folder: Folder, name: str, timeout: float) -> None:
         self.folder = folder

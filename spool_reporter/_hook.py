@@ -12,7 +12,7 @@
 #
 # The sections, in order:
 #   applications   App, django_app, the notice version
-#   folders        platformdirs' answers, computed without importing platformdirs (tests/test_paths.py)
+#   folders        platformdirs' answers, computed without importing platformdirs (tests/client/test_paths.py)
 #   config files   the user's file (DEP 8's ~/.config/djangoanalytics) and a distributor's policy
 #   consent        one pure decision, with the rule that made it
 #   the event      the allowlisted fields, serialised as one JSON line
@@ -257,7 +257,7 @@ def seen_notice_version(user: "dict[str, str] | None") -> "int":
 
 # platformdirs costs ~2 ms to import inside a command; these few functions reproduce its answers for the three
 # folders we use: user_config_dir() (the folder of `djangoanalytics`), site_config_dir(s)() (where a distributor's
-# policy lives) and user_state_dir(app) (platformdirs' user_state_dir(app, appauthor=False)). tests/test_paths.py
+# policy lives) and user_state_dir(app) (platformdirs' user_state_dir(app, appauthor=False)). tests/client/test_paths.py
 # checks each against platformdirs itself under many environments, so hook, flusher and CLI agree on every file.
 
 _MACOS: "Final" = sys.platform == "darwin"
@@ -599,7 +599,7 @@ def read_inputs(
 
 # Exactly the allowlisted fields (_event.FIELDS; docs/what-is-sent.md), without importing json. `uuid` and
 # `platform` cost ~1 ms to import, more than the hook's whole budget, so uuid4 and the OS facts are computed here
-# with os.urandom, os.uname and sys.implementation; tests/test_event.py checks them against uuid and platform.
+# with os.urandom, os.uname and sys.implementation; tests/client/test_event.py checks them against uuid and platform.
 # _event holds the validator that the flusher and the collector both apply.
 
 #: Bumped when a field is added, removed or changes meaning.
@@ -767,7 +767,7 @@ def build_line(app: "App", event: "str", client_id: "str", now: "float") -> "byt
 # === the spool: the folder, the lock, the append ====================================================================
 
 # <user state dir>/spool_reporter/<slug>/ (folder 0700, files 0600): the hook appends one line per event to
-# spool.jsonl under an exclusive flock on spool.lock (the same flock filelock takes: tests/test_lock_interop.py),
+# spool.jsonl under an exclusive flock on spool.lock (the same flock filelock takes: tests/client/test_lock_interop.py),
 # and seals the file into a segment at SEGMENT_BYTES; _spool has the rest (the layout, caps, readers, recovery).
 # Nothing planted at a name of ours is followed: the folder is opened through descriptors (Folder), and every
 # file with O_NOFOLLOW, checked to be a regular file of ours (open_ours).

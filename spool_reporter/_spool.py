@@ -17,7 +17,7 @@ appends, seals (renames ``spool.jsonl`` to a segment), deletes segments or updat
 takes it the same way, through the folder's descriptor: the hook with :func:`~._hook.lock_fd`, the flusher and
 the command line with :class:`~._files.FolderLock`. It is the ``flock`` that :class:`filelock.FileLock` takes on
 the same file, so another program that locks ``spool.lock`` with :mod:`filelock` excludes them all and the
-reverse (``tests/test_lock_interop.py``). On Windows the hook locks byte 0 with :func:`msvcrt.locking`, as
+reverse (``tests/client/test_lock_interop.py``). On Windows the hook locks byte 0 with :func:`msvcrt.locking`, as
 ``filelock.WindowsFileLock`` does.
 
 **Caps.** When ``spool.jsonl`` reaches :data:`SEGMENT_BYTES` the appender seals it; then, while the sealed

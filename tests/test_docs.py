@@ -11,7 +11,7 @@ reference that does not resolve (``docs/_ext/spool_generated.py`` warns); these 
   a ``{spool-generated}`` block). A hand-copied figure goes stale with the next benchmark run; one read at
   build time cannot;
 * the "this build machine" column of the field table on ``what-is-sent.html`` inside a 390 px viewport, in
-  headless Chromium (``tests/cdp.py``; skipped without it, like ``tests/test_public_browser.py``).
+  headless Chromium (``tests/support/cdp.py``; skipped without it, like ``tests/collector/test_public_browser.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cdp import Browser, find_chromium
+
+from support.cdp import Browser, find_chromium
 
 if os.environ.get("SPOOL_REPORTER_DOCS_TESTS") == "required":
     # noxfile.py's tests session installs the docs tools on one Python and sets this: there a missing tool is

@@ -80,8 +80,9 @@ also has "week_epsilon" (what its releases spent together), "cell_threshold" (be
 shown as fewer than it), and "by_django", "by_python", "by_os" (value -> number). A number is {"estimate", \
 "low", "high"} (the estimate and its 95 % interval), with "fewer_than": N when the estimate is below N.
 """
-"""The ``stats --json`` documents, key by key, for ``stats --help``. ``tests/test_collector_cli.py`` checks that
-every key of real output is named here (``Stats.as_dict()`` in ``_stats.py``, ``document()`` in ``_public.py``)."""
+"""The ``stats --json`` documents, key by key, for ``stats --help``. ``tests/collector/test_collector_cli.py``
+checks that every key of real output is named here (``Stats.as_dict()`` in ``_stats.py``, ``document()`` in
+``_public.py``)."""
 
 
 class _Formatter(argparse.HelpFormatter):

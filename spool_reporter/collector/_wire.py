@@ -168,7 +168,7 @@ def _load(body: bytes, cap: int) -> dict[str, object]:
 def parse_batch(body: bytes, policy: Policy | None = None) -> Parsed:
     """The events of a batch body: rows to store and refusals; raises :class:`BadRequest` if not a batch.
 
-    Never raises anything but :class:`BadRequest` (fuzzed in ``tests/test_collector.py``).
+    Never raises anything but :class:`BadRequest` (fuzzed in ``tests/collector/test_collector.py``).
     """
     policy = policy or Policy()
     doc = _load(body, MAX_BODY_BYTES)

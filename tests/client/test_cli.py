@@ -11,13 +11,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import AS_NOBODY, PACKAGE_FROM_CHECKOUT, ROOT_WITH_SETPRIV, Sandbox
-from polling import wait_for
-from servers import serving
 
 from spool_reporter import App, __version__, _hook, record
 from spool_reporter._hook import Folder
 from spool_reporter._spool import read_counters
+
+from support.polling import wait_for
+from support.sandbox import PACKAGE_FROM_CHECKOUT, Sandbox
+from support.servers import serving
+from support.users import AS_NOBODY, ROOT_WITH_SETPRIV
 
 
 def spool_command() -> list[str]:

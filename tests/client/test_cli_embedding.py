@@ -16,12 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Sandbox
-from polling import wait_for
-from test_cli import unnamed
 
 from spool_reporter import App, cli
 from spool_reporter._firstrun import notice_text
+
+from client.test_cli import unnamed
+from support.polling import wait_for
+from support.sandbox import REPO, Sandbox
 
 TOOL = App(name="MyTool", version="1.4.2", cli_name="mytool analytics", endpoint="http://mytool.invalid/v1/batch")
 GREET = REPO / "examples" / "greet.py"
@@ -128,7 +129,7 @@ def test_add_commands_runs_them_for_the_tool(sandbox: Sandbox) -> None:
     code = f"""
     import sys
     sys.path.insert(0, {str(REPO / "tests")!r})
-    from test_cli_embedding import tool_parser
+    from client.test_cli_embedding import tool_parser
     from spool_reporter.cli import run_command
     sys.exit(run_command(tool_parser().parse_args(sys.argv[1:])))
     """

@@ -10,14 +10,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from servers import fill, serving, with_destination
-from test_cli import cli, unnamed
 
 from spool_reporter import App
 
+from client.test_cli import cli, unnamed
+from support.servers import fill, serving, with_destination
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 
 def snapshot(root: Path) -> dict[str, str]:

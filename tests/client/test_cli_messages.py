@@ -14,12 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import AS_NOBODY, ROOT_WITH_SETPRIV, Sandbox
-from servers import fill, serving, with_destination
-from test_cli import cli, spool_command
 
 from spool_reporter import App
 from spool_reporter._settings import redact_url
+
+from client.test_cli import cli, spool_command
+from support.sandbox import Sandbox
+from support.servers import fill, serving, with_destination
+from support.users import AS_NOBODY, ROOT_WITH_SETPRIV
 
 PASSWORD = "pw-Zq81sXk"
 """A password no output and no file but the user's own config file may hold."""

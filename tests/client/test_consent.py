@@ -8,16 +8,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import AS_NOBODY, ROOT_WITH_SETPRIV
 
 from spool_reporter import App, decide
 from spool_reporter._consent import explain
 from spool_reporter._hook import BROKEN, CI_VARIABLES, MAX_CONFIG_BYTES, Decision, parse, read
 from spool_reporter._hook import decide as pure_decide
 
+from support.users import AS_NOBODY, ROOT_WITH_SETPRIV
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 OPT_OUT = "opt-out"
 OPT_IN = "opt-in"

@@ -10,16 +10,17 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from conftest import run_py
-from polling import wait_for
-from servers import fill, serving, with_destination
-from test_cli import cli, spool_command
 
 from spool_reporter._hook import django_app
 
+from client.test_cli import cli, spool_command
+from support.polling import wait_for
+from support.sandbox import run_py
+from support.servers import fill, serving, with_destination
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 APP = django_app()
 HOLD = 3.0

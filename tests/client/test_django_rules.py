@@ -17,7 +17,7 @@ import spool_reporter.django as integration
 from spool_reporter import _arm as arm_mod
 from spool_reporter.django import _rules
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PTH = (REPO / "spool_reporter.pth").read_text()
 
 

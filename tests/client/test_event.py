@@ -115,7 +115,7 @@ def test_validate_rejects_extra_missing_and_bad_fields(app: App) -> None:
     assert validate([good]) is None
 
 
-# -- the shared validator (collector side too: tests/test_collector.py) --------------------------------------
+# -- the shared validator (collector side too: tests/collector/test_collector.py) --------------------------------------
 
 
 def _line(app: App, when: float, **fields: str) -> dict[str, object]:

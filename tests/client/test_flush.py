@@ -14,12 +14,13 @@ from pathlib import Path
 
 import filelock
 import pytest
-from conftest import Sandbox
-from polling import wait_for
-from servers import Proxy, RefusedPort, Server, fill, serving, with_destination
 
 from spool_reporter import App, _flush, _http, _plan, _settings, _state
 from spool_reporter._hook import iso_time
+
+from support.polling import wait_for
+from support.sandbox import Sandbox
+from support.servers import Proxy, RefusedPort, Server, fill, serving, with_destination
 
 DEADLINE = 2.0  # with_destination() sets SPOOL_REPORTER_FLUSH_DEADLINE=2
 SLACK = 1.0  # thread start, file work, a loaded CI machine

@@ -8,34 +8,27 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pg
 import pytest
-from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
-from servers import RefusedPort, Server, fill, with_destination
-from test_collector_stores import BACKENDS
 
 from spool_reporter import App, _flush
 from spool_reporter._forget import forget, forget_url
 from spool_reporter._settings import Destination
 from spool_reporter.collector import CollectorServer, serve, stats
 
+from support.servers import RefusedPort, Server, fill, with_destination
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 pytestmark = pytest.mark.timeout(120)
 
 UUID4 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
 
-@pytest.fixture(params=BACKENDS)
-def collector(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CollectorServer]:
-    if request.param == "sqlite":
-        db = str(tmp_path / "c.sqlite3")
-    else:
-        server: pg.Server = request.getfixturevalue("pg_server")
-        db = server.url()
-    with serve(db) as srv:
+@pytest.fixture
+def collector(db_url: str) -> Iterator[CollectorServer]:
+    with serve(db_url) as srv:
         yield srv
 
 
@@ -198,7 +191,7 @@ def test_where_forget_goes(transport: str, endpoint: str, expected: str | None) 
 
 
 def test_the_command_forgets_at_the_collector(sandbox: Sandbox, app: App, tmp_path: Path) -> None:
-    from test_cli import cli
+    from client.test_cli import cli
 
     with serve(str(tmp_path / "c.sqlite3")) as collector:
         env = with_destination(sandbox.env, collector.url)
@@ -217,7 +210,7 @@ def test_the_command_forgets_at_the_collector(sandbox: Sandbox, app: App, tmp_pa
 
 
 def test_the_command_says_why_it_failed_in_one_line(sandbox: Sandbox, app: App) -> None:
-    from test_cli import cli
+    from client.test_cli import cli
 
     port = RefusedPort()
     try:

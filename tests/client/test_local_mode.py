@@ -11,16 +11,16 @@ import re
 import textwrap
 from pathlib import Path
 
-from conftest import run_py
-from servers import serving, with_destination
-from test_cli import cli
-
 from spool_reporter._firstrun import notice_text
 from spool_reporter._hook import django_app, parse
 
+from client.test_cli import cli
+from support.sandbox import run_py
+from support.servers import serving, with_destination
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 APP = django_app()
 

@@ -17,7 +17,7 @@ from spool_reporter._hook import Folder, lock_fd
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX; Windows uses msvcrt.locking")
 

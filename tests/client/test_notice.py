@@ -8,16 +8,17 @@ import subprocess
 import sys
 
 import pytest
-from conftest import Sandbox
-from polling import wait_for
-from servers import fill, serving, with_destination
-from test_cli import cli, unnamed
-from test_record import record_together
 
 from spool_reporter import App, _flush, _settings
 from spool_reporter._firstrun import notice_text
 from spool_reporter._hook import NOTICE_VERSION, Decision
 from spool_reporter._hook import decide as pure_decide
+
+from client.test_cli import cli, unnamed
+from client.test_record import record_together
+from support.polling import wait_for
+from support.sandbox import Sandbox
+from support.servers import fill, serving, with_destination
 
 CID = "43325579-4ce9-4a2d-a152-0e993a4bb245"
 RECORD = """

@@ -10,14 +10,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from polling import wait_for
 
 from spool_reporter import App, record
 from spool_reporter._firstrun import notice_text
 
+from support.polling import wait_for
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 FORBIDDEN_ON_HOOK_PATH = ("filelock", "urllib3", "platformdirs", "uuid", "platform", "json")
 

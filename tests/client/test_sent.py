@@ -11,18 +11,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import AS_NOBODY, ROOT_WITH_SETPRIV, run_py
-from servers import RefusedPort, fill, serving, with_destination
-from test_cli import cli, spool_command
-from test_cli_flush import snapshot
-from test_collector_processes import Served, start_server
 
 from spool_reporter import App
 from spool_reporter._sent import SENT_FILE_BYTES, body_bytes
 
+from client.test_cli import cli, spool_command
+from client.test_cli_flush import snapshot
+from collector.test_collector_processes import Served, start_server
+from support.sandbox import run_py
+from support.servers import RefusedPort, fill, serving, with_destination
+from support.users import AS_NOBODY, ROOT_WITH_SETPRIV
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 pytestmark = pytest.mark.timeout(180)
 

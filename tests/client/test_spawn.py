@@ -13,11 +13,12 @@ from pathlib import Path
 
 import filelock
 import pytest
-from conftest import Sandbox
-from polling import wait_for
-from servers import fill, serving, with_destination
 
 from spool_reporter import App, _hook, _spawn, _state
+
+from support.polling import wait_for
+from support.sandbox import Sandbox
+from support.servers import fill, serving, with_destination
 
 POSIX = pytest.mark.skipif(sys.platform == "win32", reason="POSIX process semantics")
 
@@ -574,7 +575,7 @@ print(json.dumps({{"extra": extra, "pipe": w}}))
 def test_the_flusher_process_as_it_starts(sandbox: Sandbox, app: App, tmp_path: Path) -> None:
     """What the child has from its first instruction: its own session, the spool folder as working directory,
     stdio on the null device, no descriptor but the lock (at the number announced), the lowest priority."""
-    from conftest import REPO
+    from support.sandbox import REPO
 
     out = tmp_path / "facts.json"
     folder = sandbox.state_dir(app)

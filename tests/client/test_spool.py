@@ -20,7 +20,7 @@ from spool_reporter._spool import count_queued, parse_lines, read_counters
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX file semantics")
 

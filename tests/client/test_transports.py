@@ -141,7 +141,7 @@ def test_broken_user_file_is_ignored_for_destination(app: App) -> None:
 
 
 def test_resolve_reads_the_files(sandbox: object, app: App) -> None:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
     assert isinstance(sandbox, Sandbox)
     sandbox.write_policy(app, "endpoint=https://policy.example/v1/batch\n")

@@ -23,7 +23,6 @@ import pytest
 import urllib3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from polling import wait_for
 
 from spool_reporter._event import DJANGO_COMMANDS, FIELDS, check, validate
 from spool_reporter.collector import (
@@ -42,6 +41,8 @@ from spool_reporter.collector import (
 from spool_reporter.collector._sqlite import SQLiteStore
 from spool_reporter.collector._store import Row, iso_week
 from spool_reporter.collector._wire import BadRequest, parse_batch, parse_ga4
+
+from support.polling import wait_for
 
 
 @pytest.fixture(autouse=True, scope="module")

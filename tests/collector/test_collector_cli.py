@@ -14,15 +14,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Sandbox
-from test_cli import spool_command
-from test_collector_rollup import DAY, row
 
 from spool_reporter import App
 from spool_reporter._cli_common import DOCS_URL, EXIT_STATUS, docs_page
 from spool_reporter.collector import open_store
 from spool_reporter.collector._config import DB_VARIABLE
 from spool_reporter.collector._store import this_week
+
+from client.test_cli import spool_command
+from collector.test_collector_rollup import DAY, row
+from support.sandbox import REPO, Sandbox
 
 COMMANDS = ("serve", "stats", "migrate", "rollup")
 """The collector's commands, in ``--help`` order."""

@@ -12,17 +12,18 @@ import time
 from pathlib import Path
 
 import pytest
-from servers import fill, with_destination
-from test_cli import spool_command
-from test_collector import assert_private, db_bytes
-from test_collector_processes import start_server
 
 from spool_reporter import App
 from spool_reporter.collector import stats
 
+from client.test_cli import spool_command
+from collector.test_collector import assert_private, db_bytes
+from collector.test_collector_processes import start_server
+from support.servers import fill, with_destination
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 pytestmark = pytest.mark.timeout(180)
 

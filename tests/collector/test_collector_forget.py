@@ -5,30 +5,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
-import pg
 import pytest
-from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
-from polling import wait_for
-from test_collector import CLOCK, POLICY, _call, batch, det_uuid4, event, post
-from test_collector_rollup import DAY, MAX_AGE, NOW, row
-from test_collector_stores import BACKENDS
 
 from spool_reporter.collector import FORGET_PATH, Collector, Policy, Retention, make_app, serve, stats
 from spool_reporter.collector._rollup import rollup
 from spool_reporter.collector._store import FORGET, week_of_valid
 from spool_reporter.collector._wire import FORGET_MAX_BODY_BYTES
 
+from collector.test_collector import CLOCK, POLICY, _call, batch, det_uuid4, event, post
+from collector.test_collector_rollup import DAY, MAX_AGE, NOW, row
+from support.polling import wait_for
+
 JSON = {"CONTENT_TYPE": "application/json"}
-
-
-@pytest.fixture(params=BACKENDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "c.sqlite3")
-    server: pg.Server = request.getfixturevalue("pg_server")
-    return server.url()
 
 
 @pytest.fixture

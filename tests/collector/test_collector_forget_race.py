@@ -21,13 +21,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
-from test_collector import POLICY, _call, batch, det_uuid4, event
-from test_collector_stores import db_url  # noqa: F401 - the fixture: both stores
 
 from spool_reporter.collector import FORGET_PATH, Collector, Retention, make_app
 from spool_reporter.collector._sqlite import SQLiteStore
 from spool_reporter.collector._store import FORGET_CHUNK, FORGOTTEN
+
+from collector.test_collector import POLICY, _call, batch, det_uuid4, event
 
 ROUNDS = 200
 BATCHES = 4
@@ -39,7 +38,7 @@ JSON = {"CONTENT_TYPE": "application/json"}
 
 
 @pytest.fixture
-def app(db_url: str) -> Iterator[Collector]:  # noqa: F811 - the imported fixture
+def app(db_url: str) -> Iterator[Collector]:
     application = make_app(db_url, policy=POLICY, retention=Retention(rollup_every=0))
     try:
         yield application

@@ -16,23 +16,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from polling import wait_for
-from test_collector import (
-    _JSON,
-    FORWARDED_FOR,
-    HTTP,
-    MARKER,
-    NOW,
-    PROBE_UA,
-    _call,
-    _close_every_store,  # noqa: F401 - an autouse fixture: close every store this module opens
-    _FakeGA4,
-    assert_private,
-    db_bytes,
-    det_uuid4,
-    event,
-    probe_headers,
-)
 
 from spool_reporter._event import REASONS, validate
 from spool_reporter._hook import is_uuid4
@@ -49,6 +32,24 @@ from spool_reporter.collector._wire import (
 )
 from spool_reporter.transports import event_time
 from spool_reporter.transports.ga4 import MAX_BODY_BYTES, MAX_EVENTS, PARAMS, GA4Transport
+
+from collector.test_collector import (
+    _JSON,
+    FORWARDED_FOR,
+    HTTP,
+    MARKER,
+    NOW,
+    PROBE_UA,
+    _call,
+    _close_every_store,  # noqa: F401 - an autouse fixture: close every store this module opens
+    _FakeGA4,
+    assert_private,
+    db_bytes,
+    det_uuid4,
+    event,
+    probe_headers,
+)
+from support.polling import wait_for
 
 MEASUREMENT_ID = "G-PROBE7Q3X"
 """A measurement id sent in the query string: the collector must never store, log or echo it."""

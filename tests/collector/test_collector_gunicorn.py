@@ -1,6 +1,6 @@
 """``gunicorn spool_reporter.collector.wsgi:application`` as real processes: the deployment the docs describe.
 
-Two gunicorn instances with several workers each, writing to one real PostgreSQL (``tests/pg.py``), count
+Two gunicorn instances with several workers each, writing to one real PostgreSQL (``tests/support/pg.py``), count
 every event once however the clients spread their (overlapping) batches; the same application on SQLite
 under one instance; a chunked body, which only a server that delimits the stream (gunicorn) can pass.
 Skipped, with the reason, where gunicorn or PostgreSQL cannot be had.
@@ -20,14 +20,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pg
 import pytest
-from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
-from polling import stop_process
-from test_collector import PROBE_UA, batch, event, post, probe_headers
-from test_collector_processes import recent
 
 from spool_reporter.collector import stats
+
+from collector.test_collector import PROBE_UA, batch, event, post, probe_headers
+from collector.test_collector_processes import recent
+from support import pg
+from support.polling import stop_process
 
 gunicorn = pytest.importorskip("gunicorn", reason="gunicorn is not installed (pip install 'spool_reporter[collector]')")
 
@@ -118,7 +118,7 @@ _BATCH = 200
 def test_two_gunicorns_on_one_postgres_count_each_event_once(
     tmp_path: Path,
     sandbox: object,
-    pg_server: pg.Server,  # noqa: F811 - the fixture imported above
+    pg_server: pg.Server,
 ) -> None:
     url = pg_server.url("gunicorn")
     when = recent()

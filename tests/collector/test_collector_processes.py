@@ -17,7 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_collector import (
+
+from spool_reporter.collector import MAX_BODY_BYTES, stats
+from spool_reporter.collector._cli import register
+
+from collector.test_collector import (
     _populate,
     assert_private,
     batch,
@@ -26,9 +30,6 @@ from test_collector import (
     post,
     probe_headers,
 )
-
-from spool_reporter.collector import MAX_BODY_BYTES, stats
-from spool_reporter.collector._cli import register
 
 pytestmark = pytest.mark.timeout(120)
 

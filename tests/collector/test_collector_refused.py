@@ -16,15 +16,16 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from servers import Server, fill, with_destination
-from test_cli import spool_command
-from test_collector_processes import start_server
 
 from spool_reporter import App
 
+from client.test_cli import spool_command
+from collector.test_collector_processes import start_server
+from support.servers import Server, fill, with_destination
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -13,19 +13,19 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
-from polling import wait_for
-from test_collector import det_uuid4
-from test_collector_stores import BACKENDS
 
 from spool_reporter._hook import iso_time
 from spool_reporter.collector import CollectorError, Retention, open_store, stats
 from spool_reporter.collector._rollup import check_retention, closing_week, rollup
 from spool_reporter.collector._store import LATE, SCHEMA_VERSION, Row, Store, this_week, week_before, week_of_valid
+
+from collector.test_collector import det_uuid4
+from support import pg
+from support.fixtures import BACKENDS
+from support.polling import wait_for
 
 DAY = 86400.0
 NOW = datetime.datetime(2027, 3, 3, 12, tzinfo=datetime.timezone.utc).timestamp()  # a Wednesday of 2027-W09
@@ -63,14 +63,6 @@ def row(
         time_text,
         week_of_valid(time_text),
     )
-
-
-@pytest.fixture(params=BACKENDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "c.sqlite3")
-    server: pg.Server = request.getfixturevalue("pg_server")
-    return server.url()
 
 
 @pytest.fixture
@@ -397,7 +389,7 @@ def test_rollup_command(db_url: str) -> None:
     assert len(short.stderr.splitlines()) == 1
 
 
-def test_rollup_commands_at_once_on_postgresql(pg_server: pg.Server) -> None:  # noqa: F811
+def test_rollup_commands_at_once_on_postgresql(pg_server: pg.Server) -> None:
     """Several hosts' cron jobs at the same moment: one works, the others say so, and the numbers are right."""
     url = pg_server.url()
     now = datetime.datetime.now(datetime.timezone.utc).timestamp()

@@ -16,10 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_collector import HTTP, POLICY, batch, event, post
-from test_collector_processes import recent, start_server
 
 from spool_reporter.collector import CollectorServer, make_app, serve
+
+from collector.test_collector import HTTP, POLICY, batch, event, post
+from collector.test_collector_processes import recent, start_server
 
 SLOW_CLIENTS = 64
 """The connection limit of the old thread-per-connection server, which 64 trickling clients filled."""
@@ -196,10 +197,10 @@ def test_cli_help_names_the_command_that_works(tmp_path: Path) -> None:
 
 
 def test_one_of_each_is_singular(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from test_collector import rows_of
-
     from spool_reporter.collector import open_store, render_html, stats
     from spool_reporter.collector._cli import main
+
+    from collector.test_collector import rows_of
 
     db = tmp_path / "one.sqlite3"
     store = open_store(db)

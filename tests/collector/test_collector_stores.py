@@ -1,5 +1,5 @@
 """The store interface, one suite over both back ends: SQLite (a file) and PostgreSQL (a real server that the
-tests start themselves, ``tests/pg.py``; skipped with the reason where it cannot be had)."""
+tests start themselves, ``tests/support/pg.py``; skipped with the reason where it cannot be had)."""
 
 from __future__ import annotations
 
@@ -14,24 +14,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pg
 import pytest
-from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
-from test_collector import CLOCK, POLICY, _call, _populate, batch, event, rows_of
 
 from spool_reporter.collector import CollectorError, Limits, Policy, make_app, open_store, stats
 from spool_reporter.collector._store import COLUMNS, OVER_CAP, SCHEMA_VERSION, Store, redact
 
-BACKENDS = [pytest.param("sqlite", id="sqlite"), pytest.param("postgresql", id="postgresql")]
-
-
-@pytest.fixture(params=BACKENDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh, empty database of each back end: a SQLite path, or a PostgreSQL URL with its own schema."""
-    if request.param == "sqlite":
-        return str(tmp_path / "c.sqlite3")
-    server: pg.Server = request.getfixturevalue("pg_server")
-    return server.url()
+from collector.test_collector import CLOCK, POLICY, _call, _populate, batch, event, rows_of
+from support.users import AS_NOBODY, ROOT_WITH_SETPRIV
 
 
 @pytest.fixture
@@ -187,7 +176,7 @@ def test_reading_an_empty_database_is_an_error(db_url: str) -> None:
 
 
 def test_the_wsgi_app_runs_on_both(db_url: str) -> None:
-    from test_collector import _call
+    from collector.test_collector import _call
 
     app = make_app(db_url, policy=POLICY)
     try:
@@ -208,9 +197,9 @@ def test_the_public_routes_run_on_both(db_url: str, tmp_path: Path) -> None:
     before a release is made, then exactly what :func:`~spool_reporter.collector.public` reads back."""
     import json
 
-    from test_collector import _call
-
     from spool_reporter.collector import public
+
+    from collector.test_collector import _call
 
     events = []
     for w, when in enumerate(("2026-12-01T10:00:00Z", "2026-12-08T10:00:00Z", "2026-12-15T10:00:00Z")):
@@ -335,21 +324,6 @@ store.close()
 """
 
 
-_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
-
-
-def _unprivileged_python() -> str:
-    """An interpreter that ``nobody`` can run: this one, or its base, or the system's (a pyenv build of a shared
-    libpython under root's 0700 home loads as root only). The package and its pure-Python dependencies come
-    from this process's ``sys.path``."""
-    base = Path(sys.base_prefix, "bin", f"python{sys.version_info[0]}.{sys.version_info[1]}")
-    for python in (sys.executable, str(base), "/usr/bin/python3"):
-        done = subprocess.run([*_NOBODY, python, "-c", "import sqlite3"], capture_output=True, timeout=30, check=False)
-        if done.returncode == 0:
-            return python
-    pytest.skip("no Python interpreter that an unprivileged user can run")
-
-
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")
 def test_sqlite_files_are_private_whatever_the_umask() -> None:
     # pytest's own temporary folders are 0700 root's: an unprivileged user needs one it can reach.
@@ -360,18 +334,11 @@ def test_sqlite_files_are_private_whatever_the_umask() -> None:
         os.chmod(folder, 0o777)  # anyone may create files here: only the modes protect them
         db = folder / "c.sqlite3"
         paths = [p for p in sys.path if p]
-        python = sys.executable
-        if os.geteuid() == 0:
-            python = _unprivileged_python()
-            reach = "import sys; sys.path[:0] = sys.argv[1:]; import spool_reporter.collector._sqlite"
-            probe = subprocess.run(
-                [*_NOBODY, python, "-c", reach, *paths], capture_output=True, timeout=60, check=False
-            )
-            if probe.returncode != 0:
-                pytest.skip("the unprivileged user cannot import the package (a folder on the way is root's alone)")
-        cmd = [python, "-c", _PRIVATE, str(db), *paths]
+        cmd = [sys.executable, "-c", _PRIVATE, str(db), *paths]
         if os.geteuid() == 0:  # root ignores file modes: run as an unprivileged user, as an operator would
-            cmd = [*_NOBODY, *cmd]
+            if not ROOT_WITH_SETPRIV:
+                pytest.skip("the unprivileged user cannot run this interpreter with the package")
+            cmd = [*AS_NOBODY, *cmd]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == ["0o600", "0o600", "0o600"]

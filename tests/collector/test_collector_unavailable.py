@@ -26,14 +26,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pg
 import pytest
 import urllib3
-from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
-from test_collector import POLICY, batch, det_uuid4, event
 
 from spool_reporter.collector import CollectorServer, Retention, serve
 from spool_reporter.collector._store import LOCK_WAIT_S, REQUEST_WAIT_S
+
+from collector.test_collector import POLICY, batch, det_uuid4, event
+from support import pg
 
 MARGIN_S = 3.0
 """What a loaded machine may add to a bound (thread switches, the watchdog's own wake-up)."""
@@ -174,7 +174,7 @@ def test_sqlite_on_a_full_disk(tmpfs: Path, caplog: pytest.LogCaptureFixture) ->
         assert server.app.store.count()[0] == 200 * (2 + stored)
 
 
-def test_postgres_row_lock_past_lock_timeout(pg_server: pg.Server) -> None:  # noqa: F811 - the fixture
+def test_postgres_row_lock_past_lock_timeout(pg_server: pg.Server) -> None:
     import psycopg
 
     url = pg_server.url()
@@ -289,7 +289,7 @@ print("stuck", stuck)
 """
 
 
-def test_postgres_watchdog_survives_fork(pg_server: pg.Server) -> None:  # noqa: F811 - the fixture
+def test_postgres_watchdog_survives_fork(pg_server: pg.Server) -> None:
     """A pre-forking server may fork while a thread of the parent holds the watchdog's lock: the child must get a
     fresh one (``os.register_at_fork``), or its first request waits forever."""
     done = subprocess.run(

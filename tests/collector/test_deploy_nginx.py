@@ -54,13 +54,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Sandbox, clean_environ
-from polling import stop_process, wait_for
-from servers import fill, with_destination
-from test_cli import spool_command
 
 from spool_reporter import App, _state
 from spool_reporter.collector import stats
+
+from client.test_cli import spool_command
+from support.polling import stop_process, wait_for
+from support.sandbox import REPO, Sandbox, clean_environ
+from support.servers import fill, with_destination
 
 SITE = REPO / "deploy" / "nginx" / "spool-collector.conf"
 GUNICORN_CONF = REPO / "deploy" / "gunicorn.conf.py"

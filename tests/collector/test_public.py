@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_collector_rollup import row
 
 from spool_reporter._event import OS_FAMILIES, OTHER
 from spool_reporter._hook import iso_time
@@ -59,6 +58,8 @@ from spool_reporter.collector._release import (
 )
 from spool_reporter.collector._rollup import closing_week
 from spool_reporter.collector._store import Release, Row, Store
+
+from collector.test_collector_rollup import row
 
 DAY = 86400.0
 
@@ -550,7 +551,7 @@ def test_the_schedule_over_two_years() -> None:
 
 def test_every_year_is_released_under_the_default_settings() -> None:
     """2029 ends on a Monday: with the old 400-day retention its 1 January had left the window before the week of
-    its 31 December closed (tests/test_collector_rollup.py checks every year to 2060)."""
+    its 31 December closed (tests/collector/test_collector_rollup.py checks every year to 2060)."""
     plans = _run_schedule(datetime.date(2028, 12, 25), 500)
     assert "2029" in {plan.period.name for plan in plans}
 

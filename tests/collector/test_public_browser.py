@@ -8,7 +8,7 @@ At every width nothing may stick out sideways (the page never scrolls horizontal
 its own region), every table's last column can be scrolled into view whole, no two week labels of a chart
 overlap, and the stylesheet is allowed by the Content-Security-Policy (no violation is reported).
 
-The browser is driven over the DevTools protocol on a pipe (``tests/cdp.py`` says why). One browser serves
+The browser is driven over the DevTools protocol on a pipe (``tests/support/cdp.py`` says why). One browser serves
 the whole module; the tests take a few seconds. Without Chromium they skip, saying so; ``.ci/run``
 installs it.
 """
@@ -25,17 +25,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cdp import Browser, Page, find_chromium
 from PIL import Image
-from test_collector_processes import start_server
-from test_collector_rollup import DAY, row
-from test_public_page import HOSTILE, NOW, START, _hostile_releases, close_released, population, released  # noqa: F401 - close_released: the fixture, here too
 
 from spool_reporter.collector import Publishing, Stats, Week, render_html
 from spool_reporter.collector._public import document
 from spool_reporter.collector._report import render_public
 from spool_reporter.collector._store import Row
 from spool_reporter.collector._svg import LABEL_Y
+
+from collector.test_collector_processes import start_server
+from collector.test_collector_rollup import DAY, row
+from collector.test_public_page import HOSTILE, NOW, START, _hostile_releases, close_released, population, released  # noqa: F401 - close_released: the fixture, here too
+from support.cdp import Browser, Page, find_chromium
 
 CHROMIUM = find_chromium()
 pytestmark = [

@@ -28,7 +28,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_collector_rollup import DAY, row
 
 from spool_reporter.collector import Publishing, Stats, Week, open_store, public, render_html
 from spool_reporter.collector._public import document
@@ -36,6 +35,8 @@ from spool_reporter.collector._report import CSP, CSP_HEADER, MAX_SERIES, render
 from spool_reporter.collector._rollup import rollup
 from spool_reporter.collector._store import Release, Row, Store
 from spool_reporter.collector._svg import nice_max
+
+from collector.test_collector_rollup import DAY, row
 
 SVG = "{http://www.w3.org/2000/svg}"
 UTC = datetime.timezone.utc

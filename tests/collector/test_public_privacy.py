@@ -56,12 +56,6 @@ from pathlib import Path
 
 import pytest
 import urllib3
-from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
-from polling import wait_for
-from test_collector import batch, det_uuid4, event
-from test_collector_processes import Served, _read_line, start_server
-from test_collector_stores import db_url  # noqa: F401 - the fixture: both stores
-from test_public import at, event_row, flat, monday, week_after
 
 from spool_reporter._hook import iso_time
 from spool_reporter.collector import Policy, Publishing, Retention, make_app, open_store
@@ -80,9 +74,14 @@ from spool_reporter.collector._release import (
 )
 from spool_reporter.collector._store import Row, Store, this_week
 
+from collector.test_collector import batch, det_uuid4, event
+from collector.test_collector_processes import Served, _read_line, start_server
+from collector.test_public import at, event_row, flat, monday, week_after
+from support.polling import wait_for
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -432,7 +431,7 @@ def _wsgi(app: object, method: str, path: str, body: bytes = b"") -> tuple[str, 
     return seen[0], out
 
 
-def test_forgetting_the_fakes_changes_no_stored_release(db_url: str) -> None:  # noqa: F811
+def test_forgetting_the_fakes_changes_no_stored_release(db_url: str) -> None:
     """The release made while the fakes were in is stored once; forgetting them all afterwards (through
     ``POST /v1/forget``) changes neither it nor anything served."""
     clock = [at(monday(WEEK) + datetime.timedelta(days=3))]
@@ -514,7 +513,7 @@ def start_eager(db: str, env: dict[str, str], tmp: Path, name: str) -> Served:
 
 
 def test_snapshots_from_four_processes_see_only_the_releases(
-    db_url: str,  # noqa: F811 - the fixture
+    db_url: str,
     sandbox: Sandbox,
     tmp_path: Path,
 ) -> None:

@@ -16,13 +16,8 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-import pg
 import pytest
 import urllib3
-from pg import pg_server  # noqa: F401 - the session's PostgreSQL, a fixture
-from test_collector import batch, det_uuid4, event
-from test_collector_stores import BACKENDS
-from test_public import at, monday, week_after
 
 from spool_reporter._hook import iso_time
 from spool_reporter.collector import CollectorServer, Policy, Publishing, Retention, open_store, public
@@ -30,6 +25,9 @@ from spool_reporter.collector._public import document, releases_csv, releases_js
 from spool_reporter.collector._release import FINAL, PROVISIONAL
 from spool_reporter.collector._report import CSP_HEADER
 from spool_reporter.collector._wsgi import Collector
+
+from collector.test_collector import batch, det_uuid4, event
+from collector.test_public import at, monday, week_after
 
 HTTP = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=5, read=20))
 
@@ -113,14 +111,9 @@ class Public:
         self.server.stop()  # closes the store
 
 
-@pytest.fixture(params=BACKENDS)
-def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Public]:
-    if request.param == "sqlite":
-        db = str(tmp_path / "c.sqlite3")
-    else:
-        server: pg.Server = request.getfixturevalue("pg_server")
-        db = server.url()
-    collector = Public(db)
+@pytest.fixture
+def served(db_url: str) -> Iterator[Public]:
+    collector = Public(db_url)
     try:
         yield collector
     finally:

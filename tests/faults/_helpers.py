@@ -474,15 +474,10 @@ def as_user(user: tuple[int, int]) -> list[str]:
 def users_root() -> Iterator[Path]:
     """A fresh folder every user can enter (pytest's own temporary folders are root's alone); skips unless root
     with ``setpriv``."""
-    if os.geteuid() != 0 or not shutil.which("setpriv"):
-        pytest.skip("needs root and setpriv to run as other users")
-    from conftest import PACKAGE_FROM_CHECKOUT, REPO
+    from support.users import ROOT_WITH_SETPRIV
 
-    env = {"PATH": os.environ.get("PATH", ""), **({"PYTHONPATH": str(REPO)} if PACKAGE_FROM_CHECKOUT else {})}
-    probe = [*as_user(VICTIM), sys.executable, "-c", "import spool_reporter"]
-    if subprocess.run(probe, env=env, capture_output=True, timeout=60, check=False).returncode != 0:
-        why = "a folder on the way is root's alone"
-        pytest.skip(f"the unprivileged user cannot import spool_reporter with {sys.executable} ({why})")
+    if not ROOT_WITH_SETPRIV:
+        pytest.skip(f"needs root, setpriv, and {sys.executable} with spool_reporter runnable by an unprivileged user")
     root = Path(tempfile.mkdtemp(prefix="spool-faults-users-"))
     root.chmod(0o755)
     try:
@@ -516,7 +511,7 @@ class Victim:
         for path in (self.home, *self.home.rglob("*")):
             os.lchown(path, *user)
         self.precious.chmod(0o644)
-        from conftest import clean_environ
+        from support.sandbox import clean_environ
 
         self.env = clean_environ(self.home)
         self.env["XDG_STATE_HOME"] = str(self.shared)

@@ -13,17 +13,17 @@ import sys
 import time
 
 import pytest
-from polling import wait_for
-from servers import Server, fill, with_destination
 
 from spool_reporter import _hook, _settings, _state
 from spool_reporter._hook import django_app
 
 from ._helpers import Figures, flusher_idle, ids_in, python_cmd, spool_bytes
+from support.polling import wait_for
+from support.servers import Server, fill, with_destination
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(sys.platform != "linux", reason="Linux: /proc")]
 

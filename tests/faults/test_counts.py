@@ -16,15 +16,15 @@ import threading
 import time
 
 import pytest
-from servers import Received, Server, fill, with_destination
 
 from spool_reporter._hook import django_app
 
 from ._helpers import Figures, cli_cmd, counters, flusher_cmd, ids_in, python_cmd, spool_bytes
+from support.servers import Received, Server, fill, with_destination
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(sys.platform != "linux", reason="Linux: flock")]
 

@@ -293,7 +293,7 @@ def _audited(env: dict[str, str], mode: str, *rest: str) -> list[str]:
 def test_nothing_in_the_state_folder_is_reached_by_path(sandbox: Any, figures: Figures) -> None:
     # Python's audit events show every path the processes hand to the kernel: under the state folder, none may
     # be a path (everything there is reached relative to a folder's descriptor, so no swap can redirect it).
-    from servers import Server, with_destination
+    from support.servers import Server, with_destination
 
     sandbox.write_user(django_app_52(), "disable=0\n")
     found = _audited(sandbox.env, "record") + _audited(sandbox.env, "record")  # the first creates the folders

@@ -1,6 +1,7 @@
-"""Input fuzzing (hypothesis) of what ``tests/test_fuzz_parsers.py`` and ``tests/test_collector.py`` do not
-fuzz yet: ``Retry-After``, the flusher's state file, segment names and counters with any Unicode digits, the
-collector's WSGI input streams, and raw HTTP responses read by the flusher's sender from a loopback socket.
+"""Input fuzzing (hypothesis) of what ``tests/client/test_fuzz_parsers.py`` and
+``tests/collector/test_collector.py`` do not fuzz yet: ``Retry-After``, the flusher's state file, segment names
+and counters with any Unicode digits, the collector's WSGI input streams, and raw HTTP responses read by the
+flusher's sender from a loopback socket.
 No exception escapes; time and memory stay bounded."""
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from servers import Received, Server, fill, serving, with_destination
 
 from spool_reporter import _flush
 from spool_reporter._hook import django_app
@@ -37,10 +36,11 @@ from ._helpers import (
     scale,
     spool_bytes,
 )
+from support.servers import Received, Server, fill, serving, with_destination
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -13,15 +13,15 @@ import sys
 import time
 
 import pytest
-from servers import Server, fill, with_destination
 
 from spool_reporter._hook import django_app
 
 from ._helpers import Figures, counters, flusher_cmd, ids_in, python_cmd, spool_bytes
+from support.servers import Server, fill, with_destination
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(sys.platform != "linux", reason="Linux: flock, signals")]
 

@@ -12,7 +12,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from polling import wait_for
 
 from spool_reporter import _flush
 from spool_reporter._hook import django_app
@@ -27,10 +26,11 @@ from ._helpers import (
     scale,
     spool_bytes,
 )
+from support.polling import wait_for
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -1,4 +1,4 @@
-"""Network faults against the detached flusher process: every misbehaving server of ``tests/servers.py``,
+"""Network faults against the detached flusher process: every misbehaving server of ``tests/support/servers.py``,
 SYN dropped, DNS that never answers, bad certificates, a proxy -- each run's lifetime measured -- and a
 storm of hundreds of commands against a dead destination: at most one flusher alive at a time, no zombie,
 spawns bounded by the back-off."""
@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import Proxy, RefusedPort, Server, fill, with_destination
 
 from spool_reporter import _state
 from spool_reporter._hook import django_app
@@ -36,10 +35,11 @@ from ._helpers import (
     silent_dns,
     spool_bytes,
 )
+from support.servers import Proxy, RefusedPort, Server, fill, with_destination
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 pytestmark = [
     pytest.mark.timeout(900),

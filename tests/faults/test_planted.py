@@ -17,9 +17,6 @@ import sys
 import time
 
 import pytest
-from conftest import SANDBOX_ENDPOINT
-from polling import wait_for
-from servers import Server
 
 from ._helpers import (
     ATTACKER,
@@ -35,6 +32,9 @@ from ._helpers import (
     tree,
     users_root,
 )
+from support.polling import wait_for
+from support.sandbox import SANDBOX_ENDPOINT
+from support.servers import Server
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(sys.platform != "linux", reason="Linux: setpriv")]
 

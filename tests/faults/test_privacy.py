@@ -15,16 +15,16 @@ import uuid
 from pathlib import Path
 
 import pytest
-from polling import wait_for
-from servers import serving, with_destination
 
 from spool_reporter._hook import django_app
 
 from ._helpers import Figures, flushers_of, tree
+from support.polling import wait_for
+from support.servers import serving, with_destination
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(sys.platform != "linux", reason="Linux: /proc, unshare")]
 

@@ -18,17 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from polling import wait_for
-from servers import Proxy, Server, fill, ipv6_loopback_socket, with_destination
 
 from spool_reporter import _http
 from spool_reporter._hook import django_app
 
 from ._helpers import Figures, flusher_cmd, ids_in, silent_dns, spool_bytes
+from support.polling import wait_for
+from support.servers import Proxy, Server, fill, ipv6_loopback_socket, with_destination
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(sys.platform != "linux", reason="Linux: namespaces")]
 

@@ -21,16 +21,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from polling import wait_for
-from servers import fill, serving
 
 from spool_reporter._hook import django_app, uuid4
 
 from ._helpers import Figures, flushers_of, kill, scale, tree
+from support.polling import wait_for
+from support.servers import fill, serving
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from conftest import Sandbox
+    from support.sandbox import Sandbox
 
 pytestmark = [
     pytest.mark.timeout(600),

@@ -24,15 +24,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-import servers
-from conftest import Sandbox
-from polling import wait_for
 
 from spool_reporter._event import FIELDS
 from spool_reporter._firstrun import notice_text
 from spool_reporter._hook import django_app
 
 from ._django_venv import Venv, build_wheel, django_series, venv_env
+from support import servers
+from support.polling import wait_for
+from support.sandbox import Sandbox
 
 pytestmark = pytest.mark.django
 
@@ -333,7 +333,7 @@ def test_several_commands_after_an_upgrade_print_the_new_notice_once(user: User)
 def test_local_mode_records_and_never_starts_a_flusher(user: User) -> None:
     """django-spool enable --local with a healthy destination configured: real commands record, print the
     local notice, start no flusher; flush sends nothing and says why; enable moves to sending."""
-    from servers import serving, with_destination
+    from support.servers import serving, with_destination
 
     spool = str(user.venv.bin / "django-spool")
     with serving() as server:
@@ -370,7 +370,7 @@ def test_events_recorded_under_the_local_notice_stay_local_when_the_policy_goes(
     shares the home folder but not /etc/xdg): the next command shows the sending notice before anything
     leaves, and what was recorded under "never sent" is never sent -- until the user runs enable, which says
     how many."""
-    from servers import serving, with_destination
+    from support.servers import serving, with_destination
 
     spool = str(user.venv.bin / "django-spool")
     with serving() as server:
@@ -606,7 +606,7 @@ def test_runserver_noreload_records_once(user: User) -> None:
 def test_django_admin_startproject_piped_to_cat_ends_with_the_command(user: User) -> None:
     """`django-admin startproject x | cat`, armed by the installed .pth, with a destination that never answers:
     the pipeline ends with the command; the flusher (stdio on the null device, its own session) waits alone."""
-    from servers import serving, with_destination
+    from support.servers import serving, with_destination
 
     with serving("silent") as server:
         env = with_destination(

@@ -140,18 +140,3 @@ def _stop() -> None:
         with contextlib.suppress(Exception):
             _server.stop()
         _server = None
-
-
-try:
-    import pytest
-except ImportError:  # benchmarks/bench_collector.py uses this module where pytest is not installed
-    pass
-else:
-
-    @pytest.fixture(scope="session")
-    def pg_server() -> Server:
-        """The process's server; the test skips, with the reason, where PostgreSQL cannot be had."""
-        try:
-            return server()
-        except Unavailable as exc:
-            pytest.skip(f"PostgreSQL cannot be had here: {exc}")

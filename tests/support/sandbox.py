@@ -1,4 +1,4 @@
-"""Shared fixtures: every test gets its own home, config, policy and state folders.
+"""The sandbox of a test: its own home, config, policy and state folders (the ``sandbox`` fixture).
 
 CI runs with ``CI=true``; tests of enabled reporting therefore build their environment explicitly with
 :func:`clean_environ` (no CI markers, no opt-out switches) instead of inheriting the runner's.
@@ -6,36 +6,24 @@ CI runs with ``CI=true``; tests of enabled reporting therefore build their envir
 Nothing is recorded without a destination (the consent rule ``destination:none``), so the environment names
 one, :data:`SANDBOX_ENDPOINT`: plain http to a remote host, which the flusher refuses, so the hook never starts
 a flusher for it and nothing can be sent -- recording works as for a user with a destination, and a test that
-sends names a real loopback server instead (``servers.with_destination``).
+sends names a real loopback server instead (:func:`support.servers.with_destination`).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 import spool_reporter
 from spool_reporter import App
-from spool_reporter._hook import CI_VARIABLES, django_app
+from spool_reporter._hook import CI_VARIABLES
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PACKAGE_FROM_CHECKOUT = Path(spool_reporter.__file__).resolve().parent.parent == REPO
 """True when the tests import the checkout (``python -m pytest``), false under nox (installed package)."""
-
-if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-    # A shell that starts the tests in the background without job control ignores SIGINT, and an ignored signal
-    # is inherited through exec: the commands the tests start (runserver, stopped with Ctrl-C as a terminal
-    # would) would then never see it. A handled signal is reset to the default in a child, so handle it here.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _STRIP_PREFIXES = ("DJANGO_", "SPOOL_REPORTER_", "XDG_")
 _STRIP = {
@@ -129,62 +117,6 @@ class Sandbox:
         return lines
 
 
-# --- an unprivileged user, for tests of file permissions ------------------------------------------------
-
-AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
-
-
-def _nobody_can_run_python() -> bool:
-    """Root with setpriv, and an interpreter (with this package) that an unprivileged user can start: a pyenv
-    build under /root may load its libpython from a folder only root can enter."""
-    if not (sys.platform.startswith("linux") and os.geteuid() == 0 and shutil.which("setpriv")):
-        return False
-    env = {**os.environ, "PYTHONPATH": str(REPO)} if PACKAGE_FROM_CHECKOUT else None
-    probe = subprocess.run(
-        [*AS_NOBODY, sys.executable, "-c", "import spool_reporter"],
-        env=env,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    return probe.returncode == 0
-
-
-ROOT_WITH_SETPRIV = _nobody_can_run_python()
-"""Tests of file permissions run their commands as ``nobody`` (:data:`AS_NOBODY`): root ignores file modes, so
-a test run as root could pass for the wrong reason."""
-
-
-@pytest.fixture
-def nobody_sandbox() -> Iterator[Sandbox]:
-    """A sandbox that the unprivileged user ``nobody`` owns (root ignores file modes, so these run as nobody)."""
-    root = Path(tempfile.mkdtemp(prefix="spool-nobody-"))
-    try:
-        root.chmod(0o755)
-        sb = Sandbox(root)
-        yield sb
-    finally:
-        for path in [root, *root.rglob("*")]:
-            if path.is_dir() and not path.is_symlink():
-                path.chmod(0o700)
-        shutil.rmtree(root)
-
-
-@pytest.fixture
-def sandbox(tmp_path: Path) -> Sandbox:
-    return Sandbox(tmp_path)
-
-
-@pytest.fixture
-def app() -> App:
-    return django_app("5.2.7")
-
-
-@pytest.fixture
-def python() -> str:
-    return sys.executable
-
-
 def run_py(
     code: str, env: dict[str, str], *, timeout: float = 60, **kwargs: object
 ) -> subprocess.CompletedProcess[str]:
@@ -198,8 +130,3 @@ def run_py(
         check=False,
         **kwargs,
     )
-
-
-@pytest.fixture(name="run_py")
-def run_py_fixture() -> object:
-    return run_py
