@@ -17,8 +17,29 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 GENERATED = Path(__file__).resolve().parent.parent / "docs" / "_generated"
+
+
+def throwaway_postgres() -> Any:
+    """The tests' throw-away PostgreSQL (``tests/support/pg.py``: ``server(fsync=...)``, ``Unavailable``), loaded
+    from its file: putting ``tests/`` on ``sys.path`` would make every module there importable by a bare name, and
+    the repository itself would shadow the installed package ``nox -s bench`` measures."""
+    import importlib.util
+
+    name = "spool_tests_support_pg"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(
+        name, Path(__file__).resolve().parent.parent / "tests" / "support" / "pg.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # one server per process, however many callers
+    spec.loader.exec_module(module)
+    return module
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -63,8 +63,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--batches", type=int, default=100)
     args = parser.parse_args()
-    sys.path.insert(0, str(REPO / "tests"))
-    import pg
+    from _common import throwaway_postgres
+
+    pg = throwaway_postgres()
 
     server = pg.server(fsync=True)
     rates: dict[str, list[int]] = {"week": [], "week_client": []}

@@ -273,10 +273,10 @@ def main() -> int:
     except ImportError:
         env["PYTHONPATH"] = str(REPO)  # from a checkout
         sys.path.insert(0, str(REPO))
-    sys.path.insert(0, str(REPO / "tests"))
     sys.path.insert(0, str(REPO / "benchmarks"))
-    import pg
-    from _common import publish
+    from _common import publish, throwaway_postgres
+
+    pg = throwaway_postgres()
 
     from spool_reporter.collector import stats
 

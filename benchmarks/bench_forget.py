@@ -30,7 +30,10 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+try:
+    import spool_reporter.collector  # noqa: F401 - installed (nox -s bench)?
+except ImportError:
+    sys.path.insert(0, str(REPO))  # from a checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import percentile, publish  # noqa: E402

@@ -650,10 +650,10 @@ def main() -> int:
         import spool_reporter.collector  # noqa: F401 - installed (nox -s bench)?
     except ImportError:
         sys.path.insert(0, str(REPO))  # from a checkout
-    sys.path.insert(0, str(REPO / "tests"))
     sys.path.insert(0, str(REPO / "benchmarks"))
-    import pg
-    from _common import publish
+    from _common import publish, throwaway_postgres
+
+    pg = throwaway_postgres()
 
     started = time.perf_counter()
     rows: list[dict[str, object]] = []

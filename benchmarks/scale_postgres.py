@@ -43,7 +43,6 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 try:
     import spool_reporter.collector  # noqa: F401
@@ -156,10 +155,10 @@ def client(port: int, seed: str, requests: int, per_request: int) -> None:
 
 
 def ingest(args: argparse.Namespace) -> dict[str, object]:
-    import pg
+    from _common import throwaway_postgres
     from bench_collector import Collector, _readline
 
-    server = pg.server(fsync=True)
+    server = throwaway_postgres().server(fsync=True)
     url = server.url("ingest")
     deadline = time.monotonic() + 900
     env = dict(os.environ)
@@ -302,14 +301,14 @@ def child(code: str, *argv: str, server: object) -> tuple[dict[str, object], flo
 
 def one_week(args: argparse.Namespace) -> dict[str, object]:
     import bench_stats
-    import pg
     import psycopg
+    from _common import throwaway_postgres
 
     from spool_reporter.collector import open_store
     from spool_reporter.collector._rollup import DELETE_CHUNK
     from spool_reporter.collector._store import forget_until
 
-    server = pg.server(fsync=True)
+    server = throwaway_postgres().server(fsync=True)
     url = server.url("week")
     monday = datetime.datetime(2026, 10, 5, tzinfo=datetime.timezone.utc)
     week = bench_stats.week_name(monday)
@@ -407,12 +406,12 @@ def one_week(args: argparse.Namespace) -> dict[str, object]:
 def plan(args: argparse.Namespace) -> dict[str, object]:
     """The plan of one retention chunk (``delete_expired``'s statement) on four weeks, the oldest expired."""
     import bench_stats
-    import pg
     import psycopg
+    from _common import throwaway_postgres
 
     from spool_reporter.collector import open_store
 
-    server = pg.server(fsync=True)
+    server = throwaway_postgres().server(fsync=True)
     url = server.url("plan")
     store = open_store(url)
     rng = random.Random(1)
