@@ -4,9 +4,10 @@
     python3 scripts/docs_shots.py docs/_build/html OUT   # screenshots in OUT, and what runs off the page
 
 Serves the built site on a loopback port, opens each page in Chromium (``chromium`` or ``chromium-browser`` on
-PATH; Debian: ``apt-get install chromium``) with a fresh profile and no network features, sets the viewport
-through the DevTools protocol (``--window-size`` cannot go below 500 px in headless mode, so a phone's 390 px
-needs ``Emulation.setDeviceMetricsOverride``), and saves a full-page PNG per width. For each page it prints the
+PATH, or ``SPOOL_REPORTER_CHROMIUM``; Debian: ``apt-get install chromium``) with a fresh profile and no network
+features, through the tests' driver (``tests/support/cdp.py``), sets the viewport through the DevTools
+protocol (``--window-size`` cannot go below 500 px in headless mode, so a phone's 390 px needs
+``Emulation.setDeviceMetricsOverride``), and saves a full-page PNG per width. For each page it prints the
 document's width against the viewport's and the elements that reach past its right edge without a scrolling
 box around them: that is what "runs off the page" means. Exit status 1 if any page does.
 
@@ -16,17 +17,12 @@ Not part of CI (it needs Chromium); run it after changing the theme, the CSS or 
 from __future__ import annotations
 
 import argparse
-import base64
 import functools
 import http.server
-import json
-import os
-import shutil
-import signal
+import importlib.util
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +30,7 @@ WIDTHS = (390, 1280)
 """A phone (iPhone 12-15, CSS pixels) and a desktop."""
 HEIGHT = {390: 844, 1280: 900}
 PAGE_TIMEOUT = 30.0
-"""Seconds to wait for one page's load event."""
+"""Seconds to wait for any one answer of the browser (a page's load event among them)."""
 
 OVERFLOW_JS = """(() => {
   const W = document.documentElement.clientWidth, out = [];
@@ -57,79 +53,17 @@ OVERFLOW_JS = """(() => {
 })()"""
 
 
-class Browser:
-    """Headless Chromium driven over ``--remote-debugging-pipe`` (file descriptors 3 and 4): no WebSocket needed."""
-
-    def __init__(self, executable: str, profile: str) -> None:
-        to_child_r, self._to_child = os.pipe()
-        self._from_child, from_child_w = os.pipe()
-        args = [
-            executable, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--hide-scrollbars", f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank",
-        ]  # fmt: skip
-
-        # The protocol's fixed descriptors: commands on 3, replies on 4. Both ends are first copied above 4, so
-        # that neither dup2 clobbers the other.
-        copies = [os.dup(to_child_r), os.dup(from_child_w)]
-        while min(copies[-2:]) <= 4:
-            copies += [os.dup(fd) for fd in copies[-2:]]
-        high = copies[-2:]
-        actions = [(os.POSIX_SPAWN_DUP2, high[0], 3), (os.POSIX_SPAWN_DUP2, high[1], 4)]
-        if not os.environ.get("DOCS_SHOTS_DEBUG"):
-            actions += [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_WRONLY, 0) for fd in (1, 2)]
-        self.pid = os.posix_spawn(executable, args, dict(os.environ), file_actions=actions)
-        for fd in (to_child_r, from_child_w, *copies):
-            os.close(fd)
-        self._buf = b""
-        self._id = 0
-        self.events: list[dict[str, Any]] = []
-
-    def _read(self, deadline: float) -> dict[str, Any]:
-        while b"\0" not in self._buf:
-            if time.monotonic() > deadline:
-                raise TimeoutError("Chromium did not answer")
-            chunk = os.read(self._from_child, 1 << 20)
-            if not chunk:
-                raise RuntimeError("Chromium exited")
-            self._buf += chunk
-        raw, _, self._buf = self._buf.partition(b"\0")
-        return json.loads(raw)  # type: ignore[no-any-return]
-
-    def call(self, method: str, session: str | None = None, **params: Any) -> dict[str, Any]:
-        self._id += 1
-        msg: dict[str, Any] = {"id": self._id, "method": method, "params": params}
-        if session:
-            msg["sessionId"] = session
-        os.write(self._to_child, json.dumps(msg).encode() + b"\0")
-        deadline = time.monotonic() + PAGE_TIMEOUT
-        while True:
-            reply = self._read(deadline)
-            if reply.get("id") == self._id:
-                if "error" in reply:
-                    raise RuntimeError(f"{method}: {reply['error']}")
-                return reply.get("result", {})  # type: ignore[no-any-return]
-            self.events.append(reply)
-
-    def wait_event(self, method: str) -> None:
-        deadline = time.monotonic() + PAGE_TIMEOUT
-        while True:
-            for i, event in enumerate(self.events):
-                if event.get("method") == method:
-                    del self.events[: i + 1]
-                    return
-            self.events.append(self._read(deadline))
-
-    def close(self) -> None:
-        os.close(self._to_child)  # Chromium exits when its command pipe closes
-        deadline = time.monotonic() + 10
-        while os.waitpid(self.pid, os.WNOHANG) == (0, 0):
-            if time.monotonic() > deadline:
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-                break
-            time.sleep(0.05)
-        os.close(self._from_child)
+def _driver() -> Any:
+    """The tests' Chromium driver (``tests/support/cdp.py``, standard library only), loaded from its file: one
+    driver for the tests and this script, without putting ``tests/`` on ``sys.path``."""
+    path = Path(__file__).resolve().parent.parent / "tests" / "support" / "cdp.py"
+    spec = importlib.util.spec_from_file_location("spool_tests_support_cdp", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -137,27 +71,16 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def shoot(browser: Browser, url: str, width: int, png: Path) -> dict[str, Any]:
-    target = browser.call("Target.createTarget", url="about:blank")["targetId"]
-    session = browser.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+def shoot(browser: Any, url: str, width: int, png: Path) -> dict[str, Any]:
+    page = browser.new_page()
     try:
-        browser.call(
-            "Emulation.setDeviceMetricsOverride",
-            session,
-            width=width,
-            height=HEIGHT[width],
-            deviceScaleFactor=1,
-            mobile=width < 800,
-        )
-        browser.call("Page.enable", session)
-        browser.call("Page.navigate", session, url=url)
-        browser.wait_event("Page.loadEventFired")
-        found = browser.call("Runtime.evaluate", session, expression=OVERFLOW_JS, returnByValue=True)["result"]["value"]
-        shot = browser.call("Page.captureScreenshot", session, format="png", captureBeyondViewport=True)
-        png.write_bytes(base64.b64decode(shot["data"]))
+        page.viewport(width, HEIGHT[width])
+        page.load(url)
+        found = page.evaluate(OVERFLOW_JS)
+        png.write_bytes(page.screenshot())
         return found  # type: ignore[no-any-return]
     finally:
-        browser.call("Target.closeTarget", targetId=target)
+        page.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="where the screenshots go")
     parser.add_argument("pages", nargs="*", help="pages relative to the site (default: every page)")
     args = parser.parse_args(argv)
-    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    cdp = _driver()
+    executable = cdp.find_chromium()
     if executable is None:
         print("docs_shots: Chromium is required (Debian: apt-get install chromium)", file=sys.stderr)
         return 2
@@ -181,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     base = f"http://127.0.0.1:{server.server_address[1]}/"
     bad = 0
     with tempfile.TemporaryDirectory(prefix="docs-shots-") as profile:
-        browser = Browser(executable, profile)
+        browser = cdp.Browser(executable, Path(profile), timeout=PAGE_TIMEOUT)
         try:
             for page in pages:
                 for width in WIDTHS:
