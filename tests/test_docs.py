@@ -219,6 +219,34 @@ def test_the_figure_check_sees_a_stale_table_row() -> None:
     assert not hand_typed_figures({"flusher": "In {figure}`flush.json:figures.wall_s` s (budget 2 `s`)."})
 
 
+_TEST_PATH = re.compile(r"(?<![\w/.-])tests/[\w/]+\.(?:py|md)\b")
+_NAMING_TEST_PATHS = ("README.md", "docs/*.md", "docs/_ext/*.py", "docs/_generated/README.txt", "noxfile.py",
+                      ".ci/run", "benchmarks/*.py", "scripts/*.py", "spool_reporter/**/*.py", "deploy/**/*.conf",
+                      "tests/**/*.py", "tests/README.md")  # fmt: skip
+"""Where the repository names a test file; the changelog is left out (it says where things were)."""
+
+
+def named_test_paths(text: str) -> set[str]:
+    return set(_TEST_PATH.findall(text))
+
+
+def test_every_named_test_file_exists() -> None:
+    """A page or comment that sends the reader to a test names a file that is there (the tests moved once)."""
+    missing = []
+    for pattern in _NAMING_TEST_PATHS:
+        for path in sorted(REPO.glob(pattern)):
+            for name in sorted(named_test_paths(path.read_text(encoding="utf-8"))):
+                if not (REPO / name).is_file():
+                    missing.append(f"{path.relative_to(REPO)}: {name}")
+    assert missing == []
+
+
+def test_the_test_path_check_sees_an_old_path() -> None:
+    old = "tests" + "/test_spool.py"  # spelled in two parts, or the check above would find it here
+    text = f"checked by `{old}` and tests/client/test_spool.py::test_x, not dj/tests/x.py"
+    assert named_test_paths(text) == {old, "tests/client/test_spool.py"}
+
+
 def test_the_index_does_not_repeat_the_sidebar(built: Path) -> None:
     """The toctrees are hidden: furo's sidebar shows the tree, the index's body orients the reader instead."""
     index = _article((built / "index.html").read_text(encoding="utf-8"))

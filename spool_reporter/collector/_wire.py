@@ -245,7 +245,7 @@ def parse_ga4(body: bytes, policy: Policy | None = None) -> Parsed:
 
     Accepts exactly the shape :class:`spool_reporter.transports.ga4.GA4Transport` emits (see the module
     docstring). An event without GA4's shape is refused as ``shape``. Never raises anything but
-    :class:`BadRequest` (fuzzed in ``tests/test_collector_ga4.py``).
+    :class:`BadRequest` (fuzzed in ``tests/collector/test_collector_ga4.py``).
     """
     policy = policy or Policy()
     doc = _load(body, GA4_MAX_BODY_BYTES)
