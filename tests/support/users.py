@@ -33,5 +33,3 @@ def _nobody_can_run_python() -> bool:
 ROOT_WITH_SETPRIV = _nobody_can_run_python()
 """Whether the permission tests can run their commands as ``nobody`` (:data:`AS_NOBODY`) with this
 interpreter and this package; the one probe every such test asks (they skip where it is false)."""
-
-NOBODY_SKIP_REASON = "needs root, setpriv, and an interpreter that nobody can run (a folder on the way may be root's)"
