@@ -50,13 +50,14 @@ if TYPE_CHECKING:
     from typing import Final
 
     from ._forward import GA4Forwarder
+    from ._open import open_store
     from ._public import MIN_COUNT
     from ._release import Publishing
     from ._report import render_html
     from ._server import CollectorServer
     from ._stats import Stats, Week
     from ._stats import compute as stats
-    from ._store import CollectorError, Limits, Retention, Store, Unavailable, open_store
+    from ._store import CollectorError, Limits, Retention, Store, Unavailable
     from ._wire import MAX_BODY_BYTES, MAX_EVENTS, Policy
     from ._wsgi import BATCH_PATH, FORGET_PATH, GA4_PATH, Collector, Counters, Forwarder
 
@@ -108,7 +109,7 @@ _HOMES: Final = {
     "Store": "_store",
     "Unavailable": "_store",
     "Week": "_stats",
-    "open_store": "_store",
+    "open_store": "_open",
     "render_html": "_report",
     "stats": "_stats.compute",
 }
@@ -156,10 +157,11 @@ def make_app(
     :raises CollectorError: the database cannot be opened (one line saying why), or the retention is shorter
         than the maximum event age plus a week.
     """
+    from ._open import open_store
     from ._public import check_min_count
     from ._release import Publishing, check_epsilon
     from ._rollup import check_retention
-    from ._store import Retention, open_store
+    from ._store import Retention
     from ._wire import Policy
     from ._wsgi import Collector
 
@@ -216,9 +218,10 @@ def public(db: str | os.PathLike[str] | Store, *, publishing: Publishing | None 
 
     :raises CollectorError: the database does not exist or cannot be read.
     """
+    from ._open import open_store
     from ._public import document
     from ._release import Publishing
-    from ._store import Store, open_store
+    from ._store import Store
 
     publishing = publishing or Publishing()
     store = db if isinstance(db, Store) else open_store(db, create=False)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ._store import BREAKDOWNS, EVENT_BREAKDOWN, Reader, Store, open_store
+from ._open import open_store
+from ._store import BREAKDOWNS, EVENT_BREAKDOWN, Reader, Store
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ point back to an address).
 ``synchronous=FULL`` in WAL mode; PostgreSQL's commit), so a 2xx is never answered for a batch a power cut
 could lose after the client deleted it.
 
-Back ends: :mod:`._sqlite` and :mod:`._postgres`; :func:`open_store` picks one from the ``--db`` value.
+Back ends: :mod:`._sqlite` and :mod:`._postgres`; :func:`._open.open_store` picks one from the ``--db`` value.
 """
 
 from __future__ import annotations
@@ -436,23 +436,6 @@ class Store:
     def close(self) -> None:
         """Close the idle connections (borrowed ones close when returned after this)."""
         raise NotImplementedError
-
-
-def open_store(db: str | os.PathLike[str], *, create: bool = True, limits: Limits | None = None) -> Store:
-    """The store named by ``db``: a ``postgresql://`` URL, or a SQLite file path.
-
-    :param create: create the database's tables (and a missing SQLite file), and migrate an older schema;
-        otherwise a missing SQLite file raises :class:`CollectorError` (``stats`` never creates an empty
-        database by mistake) -- an older schema is still read.
-    :raises CollectorError: with one line saying why the database cannot be used.
-    """
-    if is_postgres(db):
-        from ._postgres import PostgresStore
-
-        return PostgresStore(str(db), create=create, limits=limits or Limits())
-    from ._sqlite import SQLiteStore
-
-    return SQLiteStore(db, create=create, limits=limits or Limits())
 
 
 def forget_until(now: float, max_age: float) -> float:
