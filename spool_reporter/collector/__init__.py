@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from ._server import CollectorServer
     from ._stats import Stats, Week
     from ._stats import compute as stats
-    from ._store import CollectorError, Limits, Retention, Store, Unavailable
+    from ._store import CollectorError, Limits, Retention, Store, StoreClosed, Unavailable
     from ._wire import MAX_BODY_BYTES, MAX_EVENTS, Policy
     from ._wsgi import BATCH_PATH, FORGET_PATH, GA4_PATH, Collector, Counters, Forwarder
 
@@ -79,6 +79,7 @@ __all__ = [
     "Retention",
     "Stats",
     "Store",
+    "StoreClosed",
     "Unavailable",
     "Week",
     "make_app",
@@ -107,6 +108,7 @@ _HOMES: Final = {
     "Retention": "_store",
     "Stats": "_stats",
     "Store": "_store",
+    "StoreClosed": "_store",
     "Unavailable": "_store",
     "Week": "_stats",
     "open_store": "_open",

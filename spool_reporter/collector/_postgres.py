@@ -57,6 +57,7 @@ from ._store import (
     Limits,
     Reader,
     Store,
+    StoreClosed,
     Unavailable,
 )
 
@@ -389,7 +390,7 @@ class PostgresStore(Store):
         with self._lock:
             if self._closed:  # e.g. a roll-up thread still running when the application shut down
                 msg = f"the collector database {self.display} is closed"
-                raise CollectorError(msg)
+                raise StoreClosed(msg)
             if self._pid != os.getpid():  # forked: the parent's connections are not ours to use
                 self._pool, self._pid = [], os.getpid()
             if self._pool:
@@ -467,19 +468,19 @@ class PostgresStore(Store):
                 digests = _store.client_digests(rows, self._forget_key(cur))
                 closed, marked = _one(cur, _BATCH_STATE, (",".join(sorted(digests)),))
                 rows, gone = _store.without_clients(rows, {digests[d] for d in marked or ()})
-                if closed and any(row[11] <= closed for row in rows):
-                    old = [row for row in rows if row[11] <= closed]
-                    rows = [row for row in rows if row[11] > closed]
-                    ids = {row[0] for row in old}
+                if closed and any(row.week <= closed for row in rows):
+                    old = [row for row in rows if row.week <= closed]
+                    rows = [row for row in rows if row.week > closed]
+                    ids = {row.event_id for row in old}
                     seen = {r[0] for r in cur.execute(_KNOWN, (",".join(ids),))}
                     late = len(ids - seen)  # the others are duplicates, as they would be in an open week
-            keys = sorted({(row[9], row[11]) for row in rows})
+            keys = sorted({(row.client_id, row.week) for row in rows})
             clients, weeks = ",".join(k[0] for k in keys), ",".join(k[1] for k in keys)
             if rows:
                 # Lock this batch's (client, week) rows, creating missing ones, in one order (see the docstring).
                 cur.execute(_ENSURE_CLIENT_WEEKS, (clients, weeks))
                 used = {(c, w): int(n) for c, w, n in cur.execute(_LOCK_CLIENT_WEEKS, (clients, weeks))}
-                known = {r[0] for r in cur.execute(_KNOWN, (",".join({row[0] for row in rows}),))}
+                known = {r[0] for r in cur.execute(_KNOWN, (",".join({row.event_id for row in rows}),))}
                 new, groups = _store.group_new(rows, known)
                 kept, taken, limited = _store.apply_cap(new, groups, used, cap)
                 if kept:

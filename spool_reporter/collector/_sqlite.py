@@ -54,6 +54,7 @@ from ._store import (
     Limits,
     Reader,
     Store,
+    StoreClosed,
     Unavailable,
 )
 
@@ -427,7 +428,7 @@ class SQLiteStore(Store):
     def _forked(self) -> None:
         if self._closed:  # e.g. a roll-up thread still running when the application shut down
             msg = f"the collector database {self.path} is closed"
-            raise CollectorError(msg)
+            raise StoreClosed(msg)
         if self._pid != os.getpid():  # forked: the parent's connections are not ours to use
             self._pool, self._writer, self._pid = [], None, os.getpid()
 
@@ -550,7 +551,7 @@ class SQLiteStore(Store):
         rows, refused = job.rows, job.refused
         digests = _store.client_digests(rows, self._forget_key(conn))
         rows, gone = _store.without_clients(rows, {digests[d] for d in _forgotten(conn, sorted(digests))})
-        ids = list({row[0] for row in rows})
+        ids = list({row.event_id for row in rows})
         known: set[str] = set()
         for start in range(0, len(ids), _CHUNK):
             chunk = ids[start : start + _CHUNK]

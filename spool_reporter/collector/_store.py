@@ -48,6 +48,7 @@ Back ends: :mod:`._sqlite` and :mod:`._postgres`; :func:`._open.open_store` pick
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import datetime
 import hashlib
@@ -125,8 +126,32 @@ class Unavailable(CollectorError):
     """The database is busy or unreachable for now: answered ``503`` with ``Retry-After``."""
 
 
-Row = tuple[str, str, str, str, str, str, str, str, str, str, str, str]
-"""One event as stored, in :data:`COLUMNS` order."""
+class StoreClosed(CollectorError):
+    """The store was closed (:meth:`Store.close`) and opens no connection any more: a roll-up thread still running
+    when the application shut down gets this, and has nothing to report."""
+
+
+class Row(NamedTuple):
+    """One event as stored: the fields of :data:`COLUMNS`, in that order (a plain tuple of them converts with
+    ``Row._make``)."""
+
+    event_id: str
+    event: str
+    app: str
+    app_version: str
+    python: str
+    python_version: str
+    os: str
+    os_release: str
+    arch: str
+    client_id: str
+    time: str
+    """The day only (``"2026-12-03"``) once stored; a batch's row may still carry the whole time."""
+    week: str
+    """The ISO week of :attr:`time` (``"2026-W49"``)."""
+
+
+assert Row._fields == COLUMNS, "Row and COLUMNS must name the same fields in one order"
 
 RollupTotals = Sequence[tuple[str, int, int, int]]
 """A closed week's totals per application: (app, developers, events, new developers)."""
@@ -276,7 +301,7 @@ class Reader:
         return self._run(sql, params)
 
 
-class Store:
+class Store(abc.ABC):
     """The interface both back ends implement. Every method is safe from many threads at once."""
 
     kind: str = "?"
@@ -302,12 +327,15 @@ class Store:
         """
         if not rows and not refused:
             return Inserted(0, [], {})
+        # A caller may hand plain tuples in COLUMNS order (the public API said so before rows had names).
+        rows = [row if type(row) is Row else Row._make(row) for row in rows]
         return self._insert_batch(rows, want_new, dict(refused or {}), now)
 
+    @abc.abstractmethod
     def _insert_batch(
         self, rows: Sequence[Row], want_new: bool, refused: dict[str, int], now: float | None
-    ) -> Inserted:  # pragma: no cover - each back end has its own
-        raise NotImplementedError
+    ) -> Inserted:
+        """:meth:`insert` of a non-empty request, ``rows`` as :class:`Row`."""
 
     def refusals(self) -> dict[str, dict[str, int]]:
         """Week (when refused) -> reason -> events refused (nothing for a database of schema 1)."""
@@ -320,13 +348,13 @@ class Store:
             out.setdefault(str(week), {})[str(reason)] = int(n)  # type: ignore[call-overload]
         return out
 
+    @abc.abstractmethod
     def reading(self, *, quick: bool = False) -> contextlib.AbstractContextManager[Reader]:
         """A :class:`Reader` over one snapshot, for a ``with`` block.
 
         :param quick: a request waits for it: bounded by :data:`REQUEST_WAIT_S` (:class:`Unavailable` beyond).
             Otherwise (the roll-up, the statistics) a query may take as long as it needs.
         """
-        raise NotImplementedError
 
     def count(self) -> tuple[int, int]:
         """(events stored, distinct client ids)."""
@@ -373,42 +401,43 @@ class Store:
         ((week,),) = reader.query("SELECT first_week FROM release_state")
         return str(week)
 
+    @abc.abstractmethod
     def save_release(self, release: Release) -> bool:
         """Store ``release`` unless one of its application, period and kind is stored already (then ``False``,
         nothing written: a release is never replaced)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def set_first_week(self, week: str) -> None:
         """Set the first ISO week released (the operator's choice; releases made already stay as they are)."""
-        raise NotImplementedError
 
     # -- retention and forget (see ._rollup) -----------------------------------------------------------------
 
+    @abc.abstractmethod
     def close_weeks(self, week: str) -> str:
         """Close every week up to ``week``: from the moment this returns, no insert stores a row of one (those
         in flight finished first). Returns the newest closed week (never moves back)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def save_rollup(self, week: str, totals: RollupTotals, cells: RollupCells) -> bool:
         """Store the numbers of the closed ``week`` -- ``totals``: (app, developers, events, new developers);
         ``cells``: (app, breakdown, value, count) -- and mark it rolled up, in one transaction. ``False`` (and
         nothing written) if it was rolled up already, e.g. by another process."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def mark_rolled(self, week: str) -> None:
         """Record that every closed week up to ``week`` is rolled up (the weeks without events have no rows)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def delete_expired(self, *, through_week: str, before: str, limit: int) -> int:
         """Delete at most ``limit`` events of weeks up to ``through_week`` (rolled up already) whose ``time`` is
         before ``before`` (an event ``time``); return how many (a short transaction each call)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def expire_ids(self, before_week: str) -> None:
         """Delete the ``client_weeks`` rows of rolled-up weeks before ``before_week``, and the ``client_apps``
         rows whose last week is one of them: the retention of client ids, once their events are gone."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def forget(self, client_id: str, *, until: float) -> int:
         """Delete every event, ``client_weeks`` and ``client_apps`` row of ``client_id``; return how many events.
         The roll-ups hold no client id and are not touched.
@@ -418,24 +447,23 @@ class Store:
         events (counted as :data:`FORGOTTEN`), so the events found next are all there will ever be. Then they are
         deleted in transactions of at most :data:`FORGET_CHUNK` events each, so that ingest waits milliseconds,
         not for the whole deletion."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def expire_forgotten(self, now: float) -> int:
         """Delete the ``forgotten`` hashes whose time is past at ``now``; return how many (the roll-up does)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def rollup_lock(self) -> contextlib.AbstractContextManager[bool]:
         """Held (``True``) by one roll-up at a time across every process on this database; ``False`` if another
         holds it (the caller then leaves the work to that one)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def schema_version(self) -> int:
         """The schema version recorded in the database."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def close(self) -> None:
         """Close the idle connections (borrowed ones close when returned after this)."""
-        raise NotImplementedError
 
 
 def forget_until(now: float, max_age: float) -> float:
@@ -452,7 +480,7 @@ def forget_digest(key: str, client_id: str) -> str:
 
 def client_digests(rows: Sequence[Row], key: str) -> dict[str, str]:
     """The keyed hash (:func:`forget_digest`) of each client id of ``rows`` -> that id."""
-    return {forget_digest(key, client): client for client in {row[9] for row in rows}}
+    return {forget_digest(key, client): client for client in {row.client_id for row in rows}}
 
 
 def merge_counts(*counts: Mapping[str, int]) -> dict[str, int]:
@@ -468,7 +496,7 @@ def without_clients(rows: Sequence[Row], clients: set[str]) -> tuple[Sequence[Ro
     """(``rows`` without those of ``clients``, how many were dropped)."""
     if not clients:
         return rows, 0
-    kept = [row for row in rows if row[9] not in clients]
+    kept = [row for row in rows if row.client_id not in clients]
     return kept, len(rows) - len(kept)
 
 
@@ -478,11 +506,11 @@ def group_new(rows: Sequence[Row], known: set[str]) -> tuple[list[Row], dict[tup
     seen = set(known)
     groups: dict[tuple[str, str], int] = {}
     for row in rows:
-        if row[0] in seen:
+        if row.event_id in seen:
             continue
-        seen.add(row[0])
+        seen.add(row.event_id)
         new.append(row)
-        key = (row[9], row[11])
+        key = (row.client_id, row.week)
         groups[key] = groups.get(key, 0) + 1
     return new, groups
 
@@ -499,7 +527,7 @@ def apply_cap(
     kept: list[Row] = []
     taken: dict[tuple[str, str], int] = {}
     for row in new:
-        key = (row[9], row[11])
+        key = (row.client_id, row.week)
         if taken.get(key, 0) < room[key]:
             taken[key] = taken.get(key, 0) + 1
             kept.append(row)
@@ -512,7 +540,7 @@ def drop_closed(
     """(rows of open weeks, their count per (client, week), rows of closed weeks): the latter are refused."""
     if not closed_through or all(week > closed_through for _, week in groups):
         return new, groups, 0
-    kept = [row for row in new if row[11] > closed_through]
+    kept = [row for row in new if row.week > closed_through]
     return kept, {key: n for key, n in groups.items() if key[1] > closed_through}, len(new) - len(kept)
 
 
@@ -520,7 +548,7 @@ def client_apps(rows: Sequence[Row]) -> list[tuple[str, str, str, str]]:
     """(client id, app, first week, last week) of ``rows``, one per client and application, in key order."""
     span: dict[tuple[str, str], list[str]] = {}
     for row in rows:
-        key, week = (row[9], row[2]), row[11]
+        key, week = (row.client_id, row.app), row.week
         seen = span.get(key)
         if seen is None:
             span[key] = [week, week]

@@ -146,7 +146,7 @@ def _judge(obj: object, policy: Policy, now: float, rows: list[Row], refused: di
         refused[reason] = refused.get(reason, 0) + 1
         return
     e: dict[str, str] = obj  # type: ignore[assignment]  # check() proved it an event
-    rows.append((*[e[key] for key in _ROW_FIELDS], week_of_valid(e["time"])))  # type: ignore[arg-type]
+    rows.append(Row._make([*[e[key] for key in _ROW_FIELDS], week_of_valid(e["time"])]))
 
 
 def _load(body: bytes, cap: int) -> dict[str, object]:

@@ -47,7 +47,18 @@ import threading
 import time
 
 from . import _public, _release, _rollup
-from ._store import FORGET, CollectorError, Inserted, Retention, Row, Store, Unavailable, forget_until, merge_counts
+from ._store import (
+    FORGET,
+    CollectorError,
+    Inserted,
+    Retention,
+    Row,
+    Store,
+    StoreClosed,
+    Unavailable,
+    forget_until,
+    merge_counts,
+)
 from ._wire import (
     FORGET_MAX_BODY_BYTES,
     GA4_MAX_BODY_BYTES,
@@ -408,9 +419,10 @@ class Collector:
             if done.release_error and done.release_error != self._release_error:
                 _LOG.warning("collector: no public release made: %s", done.release_error)
             self._release_error = done.release_error
+        except StoreClosed:
+            pass  # the application shut down meanwhile: nothing to report
         except CollectorError as exc:
-            if "is closed" not in str(exc):  # the application shut down meanwhile: nothing to report
-                _LOG.warning("collector: roll-up failed: %s", exc)
+            _LOG.warning("collector: roll-up failed: %s", exc)
         except Exception as exc:  # a thread must not die with a traceback that could hold row data
             _LOG.warning("collector: roll-up failed (%s)", type(exc).__name__)
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from spool_reporter.collector import CollectorError, Limits, Policy, make_app, open_store, stats
-from spool_reporter.collector._store import COLUMNS, OVER_CAP, SCHEMA_VERSION, Store, redact
+from spool_reporter.collector import CollectorError, Limits, Policy, StoreClosed, make_app, open_store, stats
+from spool_reporter.collector._store import COLUMNS, OVER_CAP, SCHEMA_VERSION, Row, Store, redact
 
 from collector.test_collector import CLOCK, POLICY, _call, _populate, batch, event, rows_of
 from support.users import AS_NOBODY, ROOT_WITH_SETPRIV
@@ -50,6 +50,47 @@ def test_deduplicates_and_reports_new_rows(db_url: str, opened: list[Store]) -> 
     assert store.count() == (6, 6)
     store.close()
     assert open_(db_url, opened, create=False).count() == (6, 6)
+
+
+def test_rows_have_names_and_plain_tuples_still_insert(db_url: str, opened: list[Store]) -> None:
+    """A batch's rows are :class:`Row`: a field is read by its name, not by its place (``row[9]``); a caller of
+    the public ``Store.insert`` with plain tuples in ``COLUMNS`` order gets the same result."""
+    store = open_(db_url, opened)
+    (row,) = rows_of(batch([event(client="named")]))
+    assert isinstance(row, Row)
+    assert row.client_id == row[COLUMNS.index("client_id")]
+    assert row.week == "2026-W49"
+    plain = tuple(rows_of(batch([event(client="plain")]))[0])
+    inserted = store.insert([plain], want_new=True)  # type: ignore[list-item]
+    assert inserted.added == 1
+    assert inserted.new == [Row._make(plain)]
+    assert inserted.new[0].client_id == plain[COLUMNS.index("client_id")]
+
+
+def test_a_closed_store_says_so_by_its_type(db_url: str, opened: list[Store]) -> None:
+    """Whoever uses a store after close() (a roll-up thread at shutdown) catches :class:`StoreClosed`, not a
+    message that happens to contain "is closed"."""
+    store = open_(db_url, opened)
+    store.close()
+    with pytest.raises(StoreClosed):
+        store.count()
+    with pytest.raises(StoreClosed):
+        store.insert(rows_of(batch([event()])))
+    with pytest.raises(StoreClosed):
+        store.forget("11111111-1111-4111-8111-111111111111", until=CLOCK)
+    assert issubclass(StoreClosed, CollectorError)
+
+
+def test_a_store_must_implement_the_whole_interface() -> None:
+    """Store is an abstract base class: a back end that forgets a method fails where it is made, not at the first
+    request that needs the method."""
+
+    class Half(Store):
+        def reading(self, *, quick: bool = False):  # type: ignore[no-untyped-def]
+            raise AssertionError
+
+    with pytest.raises(TypeError, match="abstract"):
+        Half()  # type: ignore[abstract]
 
 
 def test_statistics_are_the_same_on_both(db_url: str, opened: list[Store], tmp_path: Path) -> None:
