@@ -1,7 +1,7 @@
 """The PostgreSQL back end (psycopg 3): for a deployment, where several collector processes on several hosts
 write to one database.
 
-``pip install 'spool_reporter[collector]'`` brings psycopg (and gunicorn). ``--db`` (or
+``pip install 'spool_reporter[collector]'`` brings psycopg and psycopg_pool (and gunicorn). ``--db`` (or
 ``SPOOL_REPORTER_COLLECTOR_DB``) is then a libpq connection URL, e.g. ``postgresql://collector@db.internal/
 spool`` (a password is best kept in ``~/.pgpass`` or ``PGPASSWORD``, never on a command line).
 
@@ -18,9 +18,13 @@ it to its WAL (``synchronous_commit`` ``on``, the default: do not turn it off fo
 many processes starting at once migrate once; the version is the one row of ``spool_reporter_schema``.
 Event and client ids are ``uuid`` columns (16 bytes, not 36 characters of text).
 
-**Connections.** A small pool per process, created lazily and discarded across a ``fork``. A connection
-that fails is closed, and the request is answered ``503`` with ``Retry-After`` (the flusher keeps the batch
-and comes back), never with a traceback.
+**Connections.** A :class:`psycopg_pool.ConnectionPool` per process (:data:`POOL_MIN_SIZE` to
+:data:`POOL_MAX_SIZE` connections), opened by the first request of that process: a pre-forking server that opens
+the store before it forks (gunicorn's ``--preload``) gives each worker a pool of its own, and a child forked
+while the parent's pool ran never touches it (its threads are gone, its connections are the parent's). A broken
+connection is discarded by the pool and replaced, and the request is answered ``503`` with ``Retry-After`` (the
+flusher keeps the batch and comes back), never with a traceback; so is a request that finds no connection
+within :data:`CONNECT_TIMEOUT_S`.
 
 **Bounded waits.** A request never waits on the database for more than :data:`~._store.REQUEST_WAIT_S`:
 each connection runs with ``lock_timeout`` (:data:`LOCK_TIMEOUT_MS`) and ``statement_timeout``
@@ -35,6 +39,7 @@ take as long as the data needs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -67,16 +72,27 @@ if TYPE_CHECKING:
     from typing import Any, Final, TypeVar
 
     import psycopg
+    from psycopg_pool import ConnectionPool
 
     from ._store import Release, RollupCells, RollupTotals, Row
 
     _T = TypeVar("_T")
 
-POOL_SIZE: Final = 8
-"""Idle connections kept per process (a gunicorn worker with 4 threads uses at most 4)."""
+POOL_MIN_SIZE: Final = 1
+"""Connections a process's pool keeps open when idle (more are closed after ten idle minutes, psycopg_pool's
+``max_idle``)."""
+
+POOL_MAX_SIZE: Final = 16
+"""Connections a process's pool opens at most: more than the threads that use the store at once (the embedded
+server's 8 workers, gunicorn's 4 threads, a roll-up, a forget); beyond, a request waits for one to come back."""
 
 CONNECT_TIMEOUT_S: Final = 3
-"""libpq's ``connect_timeout`` (its minimum is 2): a database that does not answer is an error line, not a hang."""
+"""libpq's ``connect_timeout`` (its minimum is 2): a database that does not answer is an error line, not a hang;
+and the longest a request waits for a connection from the pool (then ``503``)."""
+
+RECONNECT_TIMEOUT_S: Final = 10.0
+"""How long the pool retries (backing off from 1 s) to replace a connection before it gives up until the next
+request asks: bounds how long a database that came back waits for the pool to notice."""
 
 LOCK_TIMEOUT_MS: Final = int(LOCK_WAIT_S * 1000)
 """``lock_timeout``: how long a statement waits for a lock (a batch for another batch of the same client, a
@@ -94,6 +110,13 @@ the inserts in flight, and every insert after it sees the week closed."""
 
 ROLLUP_LOCK: Final = ADVISORY_LOCK + 2
 """Held (a session lock) by the one process rolling up; the others skip (:meth:`PostgresStore.rollup_lock`)."""
+
+_CONNECT_KWARGS: Final[dict[str, Any]] = {
+    "autocommit": True,
+    "connect_timeout": CONNECT_TIMEOUT_S,
+    "application_name": "spool_reporter",
+}
+"""How every connection is made (:func:`psycopg.connect`'s arguments besides the URL)."""
 
 _TYPES: Final = {"event_id": "uuid", "client_id": "uuid"}
 """Column types other than ``text``."""
@@ -213,6 +236,35 @@ def _psycopg() -> Any:
     return psycopg
 
 
+@functools.cache
+def _pool_class() -> type[ConnectionPool[Any]]:
+    """:class:`psycopg_pool.ConnectionPool`, owned by the process that made it (imported on first use)."""
+    try:
+        import psycopg_pool
+    except ImportError as exc:
+        msg = "a postgresql:// database needs psycopg_pool: pip install 'spool_reporter[collector]'"
+        raise CollectorError(msg) from exc
+
+    class Pool(psycopg_pool.ConnectionPool):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.pid = os.getpid()
+            super().__init__(*args, **kwargs)
+
+        def __del__(self) -> None:
+            # In a forked child the parent's pool is a copy whose threads are gone (a lock one of them held stays
+            # held) and whose connections are the parent's sessions: stopping it could hang, closing them would end
+            # the parent's. Left alone, it is a little memory.
+            if self.pid == os.getpid():
+                super().__del__()
+
+    return Pool
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    """Each new connection of the pool: the bounded waits (see the module docstring)."""
+    conn.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}; SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+
+
 def _one(cur: psycopg.Cursor[Any], sql: str, params: tuple[object, ...] = ()) -> tuple[Any, ...]:
     """The one row ``sql`` returns (every query given here returns exactly one)."""
     row = cur.execute(sql, params).fetchone()
@@ -308,11 +360,12 @@ class PostgresStore(Store):
         self.display = _store.redact(url)
         self.limits = limits or Limits()
         self._pg: Any = _psycopg()
+        self._pool_class = _pool_class()
         self._lock = threading.Lock()
-        self._pool: list[psycopg.Connection[Any]] = []
-        self._pid = os.getpid()
+        self._pool: ConnectionPool[Any] | None = None  # this process's, opened by its first request
         self._closed = False
         self._key = ""  # forget_key, read once
+        self._watch_forks()
         conn = self._connect()
         try:
             with conn.transaction():
@@ -334,24 +387,20 @@ class PostgresStore(Store):
                     msg = f"{self.display} has no collector tables (run `collector migrate --db ...` or serve once)"
                     raise CollectorError(msg)
         except self._pg.Error as exc:
-            conn.close()
             msg = f"cannot open the collector database {self.display}: {_first_line(exc)}"
             raise CollectorError(msg) from exc
-        except BaseException:
+        finally:
             conn.close()
-            raise
-        self._put(conn)
 
     def _connect(self) -> psycopg.Connection[Any]:
+        """A connection of its own, outside the pool: the migration's, and the roll-up's session lock."""
         try:
-            conn: psycopg.Connection[Any] = self._pg.connect(
-                self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="spool_reporter"
-            )
+            conn: psycopg.Connection[Any] = self._pg.connect(self.url, **_CONNECT_KWARGS)
         except self._pg.Error as exc:  # OperationalError, ProgrammingError (a malformed URL)
             msg = f"cannot connect to the collector database {self.display}: {_first_line(exc)}"
             raise Unavailable(msg) from exc
         try:
-            conn.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}; SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+            _configure(conn)
         except self._pg.Error as exc:
             conn.close()
             msg = f"cannot use the collector database {self.display}: {_first_line(exc)}"
@@ -386,49 +435,69 @@ class PostgresStore(Store):
 
     # -- connections ----------------------------------------------------------------------------------------
 
-    def _get(self) -> psycopg.Connection[Any]:
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._pool = None  # the parent's: left alone (see _pool_class); this process opens its own when asked
+
+    def _connections(self) -> ConnectionPool[Any]:
+        """This process's pool, opened on first use."""
         with self._lock:
             if self._closed:  # e.g. a roll-up thread still running when the application shut down
                 msg = f"the collector database {self.display} is closed"
                 raise StoreClosed(msg)
-            if self._pid != os.getpid():  # forked: the parent's connections are not ours to use
-                self._pool, self._pid = [], os.getpid()
-            if self._pool:
-                return self._pool.pop()
-        return self._connect()
-
-    def _put(self, conn: psycopg.Connection[Any]) -> None:
-        with self._lock:
-            if self._pid == os.getpid() and len(self._pool) < POOL_SIZE and not conn.closed:
-                self._pool.append(conn)
-                return
-        conn.close()
+            pool = self._pool
+            if pool is None or pool.pid != os.getpid():  # type: ignore[attr-defined]  # (a fork os.fork did not see)
+                pool = self._pool = self._pool_class(
+                    self.url,
+                    kwargs=_CONNECT_KWARGS,
+                    configure=_configure,
+                    min_size=POOL_MIN_SIZE,
+                    max_size=POOL_MAX_SIZE,
+                    timeout=CONNECT_TIMEOUT_S,
+                    reconnect_timeout=RECONNECT_TIMEOUT_S,
+                    num_workers=1,
+                    name="spool_reporter",
+                    open=False,
+                )
+                pool.open(wait=False)
+            return pool
 
     @contextlib.contextmanager
     def _borrow(self, quick: bool) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection for a ``with`` block; closed, never pooled again, if the block fails.
+        """A pooled connection for a ``with`` block; discarded (and replaced by the pool) if it broke.
 
         :param quick: a request waits for it: the watchdog shuts the connection after
             :data:`~._store.REQUEST_WAIT_S` (a server that answers nothing), which raises :class:`Unavailable`;
             otherwise no watchdog.
         """
-        conn = self._get()
+        import psycopg_pool
+
+        pool = self._connections()
+        try:
+            conn = pool.getconn()
+        except psycopg_pool.PoolClosed as exc:  # closed by close() since _connections() returned it
+            msg = f"the collector database {self.display} is closed"
+            raise StoreClosed(msg) from exc
+        except psycopg_pool.PoolTimeout as exc:
+            msg = f"the collector database {self.display} is unavailable: no connection within {CONNECT_TIMEOUT_S} s"
+            raise Unavailable(msg) from exc
         token = _WATCHDOG.watch(conn.pgconn.socket, REQUEST_WAIT_S) if quick else 0
         try:
             yield conn
         except BaseException as exc:
             killed = bool(token) and _WATCHDOG.done(token)
-            with contextlib.suppress(Exception):
-                conn.close()
+            if killed:
+                with contextlib.suppress(Exception):
+                    conn.close()  # its socket is shut: the pool discards it
+            pool.putconn(conn)  # rolled back already (conn.transaction()); a broken one is discarded
             if killed:
                 msg = f"the collector database {self.display} did not answer within {REQUEST_WAIT_S:g} s"
                 raise Unavailable(msg) from exc
             raise
-        if token and _WATCHDOG.done(token):  # shut just as the work ended: never pool it
+        if token and _WATCHDOG.done(token):  # shut just as the work ended: never pooled again
             with contextlib.suppress(Exception):
                 conn.close()
-            return
-        self._put(conn)
+        pool.putconn(conn)
 
     def _run(self, work: Callable[[psycopg.Connection[Any]], _T], *, quick: bool = True) -> _T:
         """``work(conn)`` on a pooled connection (:meth:`_borrow`); a transient failure is :class:`Unavailable`."""
@@ -676,9 +745,7 @@ class PostgresStore(Store):
 
     def close(self) -> None:
         with self._lock:
-            pool, self._pool = self._pool, []
-            self._pid = -1  # connections returned later are closed, not pooled
-            self._closed = True  # and none is opened any more
-        for conn in pool:
-            with contextlib.suppress(Exception):
-                conn.close()
+            pool, self._pool = self._pool, None
+            self._closed = True  # and no pool is opened any more
+        if pool is not None and pool.pid == os.getpid():  # type: ignore[attr-defined]
+            pool.close()  # the idle connections now; a borrowed one when it comes back

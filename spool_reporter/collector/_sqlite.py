@@ -26,7 +26,8 @@ transaction at a time anyway, and a connection's page cache is thrown away whene
 has written, so several writing connections in one process would each start every batch with a cold
 cache. Readers (the statistics) borrow connections from a small pool. No connection crosses a ``fork`` (a
 pre-forking WSGI server imports the application before forking its workers): they are created lazily and
-discarded when the process id changes.
+discarded in a forked child, which also starts with new locks, whatever a thread of the parent held at the fork
+(:meth:`~._store.Store._after_fork`).
 """
 
 from __future__ import annotations
@@ -347,6 +348,7 @@ class SQLiteStore(Store):
         self._pid = os.getpid()
         self._closed = False
         self._key = ""  # forget_key, read once
+        self._watch_forks()
         try:
             if create:
                 _create_private(self.path)
@@ -431,6 +433,14 @@ class SQLiteStore(Store):
             raise StoreClosed(msg)
         if self._pid != os.getpid():  # forked: the parent's connections are not ours to use
             self._pool, self._writer, self._pid = [], None, os.getpid()
+
+    def _after_fork(self) -> None:
+        # The parent's connections are never used here (SQLite: "do not carry an open database connection across
+        # a fork"): dropped, and each process opens its own.
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._pending = []  # the parent's threads' batches: theirs to commit, and no thread here waits for them
+        self._pool, self._writer, self._pid = [], None, os.getpid()
 
     def _get(self) -> sqlite3.Connection:
         with self._lock:

@@ -54,6 +54,7 @@ import datetime
 import hashlib
 import hmac
 import os
+import weakref
 from collections.abc import Sequence
 
 from spool_reporter import SpoolReporterError
@@ -302,7 +303,10 @@ class Reader:
 
 
 class Store(abc.ABC):
-    """The interface both back ends implement. Every method is safe from many threads at once."""
+    """The interface both back ends implement. Every method is safe from many threads at once, and across a
+    ``fork``: a pre-forking server (gunicorn with ``--preload``, a test's ``os.fork``) may fork while a thread
+    holds one of the store's locks or a connection; the child then starts with fresh locks and none of the
+    parent's connections (:meth:`_after_fork`)."""
 
     kind: str = "?"
     """``"sqlite"`` or ``"postgresql"``."""
@@ -330,6 +334,16 @@ class Store(abc.ABC):
         # A caller may hand plain tuples in COLUMNS order (the public API said so before rows had names).
         rows = [row if type(row) is Row else Row._make(row) for row in rows]
         return self._insert_batch(rows, want_new, dict(refused or {}), now)
+
+    def _watch_forks(self) -> None:
+        """Have :meth:`_after_fork` called in every child this process forks (each back end's ``__init__``)."""
+        _STORES.add(self)
+
+    @abc.abstractmethod
+    def _after_fork(self) -> None:
+        """In a forked child, before anything else runs there: new locks (a parent's thread may have held one at
+        the fork, and no thread of the child would ever release it), no batch of the parent's threads waiting,
+        and no connection of the parent's (its server session is the parent's to use)."""
 
     @abc.abstractmethod
     def _insert_batch(
@@ -464,6 +478,19 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Close the idle connections (borrowed ones close when returned after this)."""
+
+
+_STORES: Final[weakref.WeakSet[Store]] = weakref.WeakSet()
+"""The stores open in this process, for :func:`_after_fork_in_child` (a closed or dropped one leaves by itself)."""
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_STORES):
+        store._after_fork()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def forget_until(now: float, max_age: float) -> float:

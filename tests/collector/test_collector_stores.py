@@ -93,6 +93,88 @@ def test_a_store_must_implement_the_whole_interface() -> None:
         Half()  # type: ignore[abstract]
 
 
+_FORKS = """
+import os, sys, threading, time, uuid
+from spool_reporter.collector import Limits, open_store
+from spool_reporter.collector._store import Row
+
+store = open_store(sys.argv[1], limits=Limits(per_client_week=0))
+template = Row._make(sys.argv[2].split(","))
+stop = threading.Event()
+
+
+def fresh() -> list[Row]:
+    return [template._replace(event_id=str(uuid.uuid4()))]
+
+
+def busy() -> None:  # the parent's threads use the store all the time, as a server's do
+    while not stop.is_set():
+        store.insert(fresh())
+
+
+store.insert(fresh())  # the parent has its connections (its pool) open when it forks
+threads = [threading.Thread(target=busy) for _ in range(int(sys.argv[3]))]
+for t in threads:
+    t.start()
+locks = [v for v in vars(store).values() if isinstance(v, type(threading.Lock()))]
+assert locks
+bad = 0
+for _ in range(5):
+    for lock in locks:  # a fork while a thread holds the store's locks (a parent never knows when it forks)
+        lock.acquire()
+    pid = os.fork()
+    if pid == 0:  # the child goes on with the store it inherited, as a gunicorn worker forked after --preload
+        try:
+            assert store.insert(fresh()).added == 1
+            store.count()
+        except BaseException as exc:
+            os.write(2, f"child: {exc!r}\\n".encode())
+            os._exit(1)
+        os._exit(0)
+    for lock in locks:
+        lock.release()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            bad += status != 0
+            break
+        time.sleep(0.01)
+    else:  # stuck on a lock that the parent held at the fork
+        bad += 1
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+stop.set()
+for t in threads:
+    t.join()
+store.close()
+print("bad", bad)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
+def test_a_forked_child_goes_on_with_the_store_it_inherited(db_url: str, opened: list[Store]) -> None:
+    """A fork while a thread of the parent holds the store's locks: the child starts with fresh locks and its own
+    connections (on PostgreSQL, its own pool, while the parent's threads use theirs), so its first request does
+    not wait forever for a lock no thread of the child will release.
+
+    Not while a thread of the parent is inside a SQLite transaction: SQLite itself forbids using a database in a
+    child forked then (its locks are bookkept per process), which no store can mend; a pre-forking server forks
+    before it serves."""
+    open_(db_url, opened)  # created and migrated before the child process starts
+    (row,) = rows_of(batch([event(client="forks")]))
+    threads = "0" if db_url.endswith(".sqlite3") else "3"
+    done = subprocess.run(
+        [sys.executable, "-c", _FORKS, db_url, ",".join(row), threads],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "bad 0", done.stdout + done.stderr[-2000:]
+
+
 def test_statistics_are_the_same_on_both(db_url: str, opened: list[Store], tmp_path: Path) -> None:
     reference = tmp_path / "reference.sqlite3"
     _populate(reference)
