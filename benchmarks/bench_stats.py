@@ -1,7 +1,7 @@
 """The public numbers served from stored releases (``GET /``, ``GET /v1/stats``) with 52 weeks of releases, on
 SQLite and PostgreSQL; the weekly roll-up that makes a week's releases; the operator's ``collector stats``.
 
-**What is stored.** The public routes serve stored releases only (``_public.Served``): numbers made once by
+**What is stored.** The public routes serve stored releases only (``_served.Served``): numbers made once by
 the differentially private mechanism (``_release``). Each back end gets two stores, one at 1,000 and one at
 100,000 developers a week, built the same way. One week (2026-W41) is real: its raw events are generated
 (each developer sends one or two, on the mix of ``DJANGO``, ``PYTHON`` and ``OS``; 4 % of them on two Django
@@ -381,7 +381,7 @@ def serve(urls: dict[int, str], rounds: int) -> tuple[dict[tuple[int, str, str],
     """Time the public routes of the stores ``urls`` (developers a week -> URL), interleaved in rounds.
 
     Returns (size, path, series) -> seconds of each request, and what the stores hold."""
-    from spool_reporter.collector import _public, make_app
+    from spool_reporter.collector import _public, _served, make_app
     from spool_reporter.collector._store import Retention
 
     # rollup_every=0: no background roll-up started by a request (the collector's default starts one per hour).
@@ -396,11 +396,11 @@ def serve(urls: dict[int, str], rounds: int) -> tuple[dict[tuple[int, str, str],
             for size in sizes[r % 2 :] + sizes[: r % 2]:
                 app = apps[size]
                 path = PATHS[(r // 2) % 2]
-                app.public = _public.Served(app.store, app.publishing)
+                app.public = _served.Served(app.store, app.publishing)
                 took, _ = request(app, path)
                 times.setdefault((size, path, "first request"), []).append(took)
         for size, app in apps.items():
-            app.public = _public.Served(app.store, app.publishing)
+            app.public = _served.Served(app.store, app.publishing)
             for path in PATHS:
                 info[f"bytes_{size}_{path}"] = request(app, path)[1]
         for r in range(rounds):

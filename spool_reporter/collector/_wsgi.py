@@ -20,7 +20,8 @@ It reads nothing from the request but the method, the path, ``Content-Type``, ``
 client address (``X-Forwarded-For``, ``Forwarded``) are never read, stored or logged; the application
 logs nothing per request at all.
 
-``GET /``, ``GET /v1/stats`` and the downloads serve the public releases (:mod:`._public`): numbers made
+``GET /``, ``GET /v1/stats`` and the downloads serve the public releases (:mod:`._public`, kept by
+:mod:`._served`): numbers made
 once, with differential privacy, by the roll-up (:mod:`._release`), and stored; a request never counts
 anything. ``POST /v1/forget`` with ``{"client_id": "<uuid4>"}`` deletes every stored event of that client id
 and answers ``{"deleted": n}``; from then on, for as long as an event recorded before it could still be
@@ -47,6 +48,7 @@ import threading
 import time
 
 from . import _public, _release, _rollup
+from ._served import Served
 from ._store import (
     FORGET,
     CollectorError,
@@ -75,6 +77,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from typing import Any, Final, Protocol
+
+    from ._served import Answer
 
     StartResponse = Callable[..., Any]
     Environ = dict[str, Any]
@@ -267,7 +271,7 @@ class Collector:
         """What is released (ε, the application) and how it is shown (the display threshold, the licence)."""
         _public.check_min_count(self.publishing.min_count)
         _release.check_epsilon(self.publishing.epsilon)
-        self.public = _public.Served(store, self.publishing, check_every=public_check)
+        self.public = Served(store, self.publishing, check_every=public_check)
         """The public answers, rebuilt only when a release is added (checked every ``public_check`` seconds)."""
         self.retention = _rollup.check_retention(retention or Retention(), self.policy.max_age)
         """How long raw events are kept and how often ingest starts a roll-up (:mod:`._rollup`)."""
@@ -313,7 +317,7 @@ class Collector:
             self._unavailable_logged[reason] = now
         _LOG.warning("collector: answering 503: %s", reason)
 
-    def _handle(self, environ: Environ) -> tuple[int, bytes, str, list[tuple[str, str]]]:
+    def _handle(self, environ: Environ) -> Answer:
         path = str(environ.get("PATH_INFO") or "/")
         method = str(environ.get("REQUEST_METHOD") or "GET").upper()
         try:
@@ -345,7 +349,7 @@ class Collector:
         except BadRequest as exc:
             return 400, (str(exc) + "\n").encode("utf-8", "backslashreplace"), "text/plain; charset=utf-8", []
 
-    def _batch(self, environ: Environ) -> tuple[int, bytes, str, list[tuple[str, str]]]:
+    def _batch(self, environ: Environ) -> Answer:
         _check_json_request(environ)
         parsed = parse_batch(_read_body(environ), self.policy)
         inserted = self._store(parsed)
@@ -358,13 +362,13 @@ class Collector:
         }
         return 200, json.dumps(answer).encode("ascii"), "application/json", []
 
-    def _ga4(self, environ: Environ) -> tuple[int, bytes, str, list[tuple[str, str]]]:
+    def _ga4(self, environ: Environ) -> Answer:
         # QUERY_STRING (measurement_id, api_secret) is deliberately never read.
         _check_json_request(environ)
         self._store(parse_ga4(_read_body(environ, GA4_MAX_BODY_BYTES), self.policy))
         return 204, b"", "", []  # what GA4 answers; the ga4 transport only looks for a 2xx
 
-    def _forget(self, environ: Environ) -> tuple[int, bytes, str, list[tuple[str, str]]]:
+    def _forget(self, environ: Environ) -> Answer:
         try:
             _check_json_request(environ)
             client_id = parse_forget(_read_body(environ, FORGET_MAX_BODY_BYTES))

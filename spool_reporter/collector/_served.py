@@ -1,0 +1,106 @@
+"""The public answers of one process: the bytes of ``GET /``, ``GET /v1/stats`` and the downloads, with their
+headers, kept until a release is added.
+
+The numbers are :mod:`._public`'s (the stored releases, post-processed) and the page is :mod:`._report`'s; this
+module only decides when to rebuild them and how they go out over HTTP. Imports run one way: the WSGI
+application (:mod:`._wsgi`) imports this module, which imports the page and the numbers, which import neither.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from ._public import (
+    CHECK_SECONDS,
+    PAGE_PATH,
+    RELEASES_CSV_PATH,
+    RELEASES_JSON_PATH,
+    STATS_PATH,
+    document,
+    releases_csv,
+    releases_json,
+)
+from ._report import CSP_HEADER, render_public
+from ._store import CollectorError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
+
+    from ._release import Publishing
+    from ._store import Release, Store
+
+_JSON_CSP: Final = "default-src 'none'; frame-ancestors 'none'"
+"""The JSON and CSV answers run nothing and may not be framed."""
+
+Answer = tuple[int, bytes, str, list[tuple[str, str]]]
+"""(status, body, content type, more headers): what :class:`~._wsgi.Collector` sends."""
+
+
+class Served:
+    """The public answers of one process, rebuilt only when a release was added, or the first week released
+    changed (checked every :data:`CHECK_SECONDS`).
+
+    Every answer is a function of the stored releases and the :class:`Publishing` settings alone, so all
+    processes serve the same bytes. Each answer is built when it is first asked for (the page and the document
+    do not wait for the CSV download). While the database cannot be read, the answers already built are
+    served; with none yet, the request fails as the database does (``503`` when it is unavailable).
+    """
+
+    def __init__(self, store: Store, publishing: Publishing, *, check_every: float = CHECK_SECONDS) -> None:
+        self.store = store
+        self.publishing = publishing
+        self.check_every = check_every
+        self._lock = threading.Lock()
+        self._mark: tuple[tuple[int, str], str] | None = None
+        self._checked = -1e18  # monotonic
+        self._releases: list[Release] = []
+        self._doc: dict[str, object] = {}
+        self._answers: dict[str, Answer] = {}
+
+    def answer(self, path: str) -> Answer:
+        """The answer to ``GET path`` for one of :data:`~._public.PATHS`."""
+        with self._lock:
+            if time.monotonic() - self._checked >= self.check_every:
+                self._refresh()
+            got = self._answers.get(path)
+            if got is None:
+                got = self._answers[path] = self._build(path)
+            return got
+
+    def _refresh(self) -> None:
+        app = self.publishing.app
+        try:
+            with self.store.reading(quick=True) as reader:  # a request waits: bounded, as the mark's read is
+                first_week = self.store.first_week(reader)  # the operator may set it at any time: the page names it
+            mark = (self.store.release_mark(app), first_week)
+            if mark != self._mark:
+                releases = self.store.releases(app)
+                doc = document(releases, self.publishing, first_week=first_week)
+                self._releases, self._doc, self._answers = releases, doc, {}
+                self._mark = mark
+        except CollectorError:
+            if self._mark is None:
+                raise  # nothing to serve instead
+        self._checked = time.monotonic()
+
+    def _build(self, path: str) -> Answer:
+        json_headers = [("Content-Security-Policy", _JSON_CSP), ("X-Content-Type-Options", "nosniff")]
+        download = [*json_headers, ("Content-Disposition", "attachment")]
+        if path == PAGE_PATH:
+            page_headers = [
+                ("Content-Security-Policy", CSP_HEADER),
+                ("X-Content-Type-Options", "nosniff"),
+                ("Referrer-Policy", "no-referrer"),
+            ]
+            return 200, render_public(self._doc).encode("utf-8"), "text/html; charset=utf-8", page_headers
+        if path == STATS_PATH:
+            return 200, json.dumps(self._doc, ensure_ascii=True).encode("ascii"), "application/json", json_headers
+        if path == RELEASES_JSON_PATH:
+            return 200, releases_json(self._releases, self.publishing), "application/json", download
+        if path == RELEASES_CSV_PATH:
+            return 200, releases_csv(self._releases, self.publishing), "text/csv; charset=utf-8", download
+        msg = f"not a public path: {path!r}"
+        raise ValueError(msg)
