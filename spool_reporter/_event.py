@@ -48,11 +48,15 @@ from __future__ import annotations
 import datetime
 import re
 
+# The hook builds every event line and imports nothing of the cold path, so the line's helpers live there; the
+# collector takes them from here, the wire format's one doorway, and never imports the hook itself.
 from ._hook import (
     ARCH,
     MAX_NAME,
     SCHEMA_VERSION,
     format_user_agent,
+    is_uuid4,
+    iso_time,
 )
 
 TYPE_CHECKING = False
@@ -67,6 +71,9 @@ __all__ = [
     "check",
     "DJANGO_COMMANDS",
     "FIELDS",
+    "format_user_agent",
+    "is_uuid4",
+    "iso_time",
     "MAX_AGE_SECONDS",
     "MAX_FUTURE_SECONDS",
     "MAX_LINE_BYTES",
@@ -76,6 +83,7 @@ __all__ = [
     "parse_time",
     "PYTHON_IMPLEMENTATIONS",
     "REASONS",
+    "SCHEMA_VERSION",
     "validate",
     "window_problem",
 ]

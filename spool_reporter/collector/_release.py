@@ -40,8 +40,7 @@ import datetime
 import json
 import math
 
-from spool_reporter._event import OS_FAMILIES, OTHER
-from spool_reporter._hook import iso_time
+from spool_reporter._event import OS_FAMILIES, OTHER, iso_time
 
 from ._store import CollectorError, Release, Store
 

@@ -34,8 +34,7 @@ from __future__ import annotations
 
 import math
 
-from spool_reporter._event import MAX_AGE_SECONDS
-from spool_reporter._hook import iso_time
+from spool_reporter._event import MAX_AGE_SECONDS, iso_time
 
 from . import _release
 from ._store import BREAKDOWNS, EVENT_BREAKDOWN, CollectorError, Retention, this_week, week_before

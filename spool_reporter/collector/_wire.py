@@ -33,8 +33,15 @@ import hashlib
 import json
 import time
 
-from spool_reporter._event import DJANGO_COMMANDS, MAX_AGE_SECONDS, check
-from spool_reporter._hook import SCHEMA_VERSION, format_user_agent, is_uuid4, iso_time
+from spool_reporter._event import (
+    DJANGO_COMMANDS,
+    MAX_AGE_SECONDS,
+    SCHEMA_VERSION,
+    check,
+    format_user_agent,
+    is_uuid4,
+    iso_time,
+)
 from spool_reporter.transports import ga4 as _ga4
 
 from ._store import COLUMNS, Row, week_of_valid
@@ -194,7 +201,7 @@ def ga4_event_id(client_id: str, name: str, timestamp_micros: int, params: dict[
 
     SHA-256 over :data:`GA4_ID_DOMAIN` and the canonical JSON of ``[client_id, name, the UTC day of
     timestamp_micros ("2026-12-03"), [the values of PARAMS, in that order]]``, truncated to 128 bits with the
-    version (4) and variant bits set, so that :func:`spool_reporter._hook.is_uuid4` accepts it. The same event
+    version (4) and variant bits set, so that :func:`spool_reporter._event.is_uuid4` accepts it. The same event
     resent gets the same id and is stored once; two identical events from one client on the same day get one
     id too. The time of day is left out on purpose: the collector keeps the day of an event, never its second.
     """
