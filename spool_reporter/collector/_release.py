@@ -42,7 +42,7 @@ import math
 
 from spool_reporter._event import OS_FAMILIES, OTHER, iso_time
 
-from ._store import CollectorError, Release, Store
+from ._store import BREAKDOWN_SQL, CollectorError, Release, Store
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -81,8 +81,9 @@ ALPHA: Final = 0.05
 BODY_SCHEMA: Final = 1
 """The version of a release's JSON body."""
 
-BREAKDOWNS: Final = ("by_django", "by_python", "by_os")
-"""The breakdowns a week releases, each over its fixed vocabulary (:func:`vocabulary`)."""
+BREAKDOWNS: Final = tuple(BREAKDOWN_SQL)
+"""The names of the breakdowns a week releases (those of :data:`~._store.BREAKDOWN_SQL`, in its order), each over
+its fixed vocabulary (:func:`vocabulary`)."""
 
 DJANGO_VERSIONS: Final = (
     *(f"1.{m}" for m in range(8, 12)),
@@ -178,9 +179,9 @@ def week_counts(reader: Reader, app: str, week: str) -> tuple[int, dict[str, dic
     :func:`vocabulary`, each developer counted once per breakdown, under the value of the fixed rule."""
     words = vocabulary(app)
     chosen: dict[str, tuple[str, str, str]] = {}
+    columns = ", ".join(BREAKDOWN_SQL.values())  # app_version, python || ' ' || python_version, os
     rows = reader.query(
-        "SELECT client_id, app_version, python || ' ' || python_version, os FROM events "
-        "WHERE app = ? AND week = ? GROUP BY 1, 2, 3, 4",
+        f"SELECT client_id, {columns} FROM events WHERE app = ? AND week = ? GROUP BY client_id, {columns}",  # noqa: S608
         (app, week),
     )
     for client, version, python, family in rows:

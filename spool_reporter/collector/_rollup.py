@@ -13,7 +13,7 @@ and ISO week, and no client id:
 
 - ``rollup_weeks``: distinct developers, events, and the developers seen that week for the first time (from
   ``client_apps``; the operator's all-time count is their sum, plus the open weeks' new developers);
-- ``rollup_cells``: for each breakdown of :data:`~._store.BREAKDOWNS` and each value, the distinct developers
+- ``rollup_cells``: for each breakdown of :data:`~._store.BREAKDOWN_SQL` and each value, the distinct developers
   with that value; for ``by_event``, the events per command.
 
 The public numbers are not read from the roll-ups: they are releases (:mod:`._release`), made from the raw
@@ -37,7 +37,7 @@ import math
 from spool_reporter._event import MAX_AGE_SECONDS, iso_time
 
 from . import _release
-from ._store import BREAKDOWNS, EVENT_BREAKDOWN, CollectorError, Retention, this_week, week_before
+from ._store import BREAKDOWN_SQL, EVENT_BREAKDOWN, CollectorError, Retention, this_week, week_before
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def _aggregate(reader: Reader, week: str) -> tuple[list[tuple[str, int, int, int
         )
     ]
     cells: list[tuple[str, str, str, int]] = []
-    parts = [(name, expr, "COUNT(DISTINCT client_id)") for name, expr in BREAKDOWNS.items()]
+    parts = [(name, expr, "COUNT(DISTINCT client_id)") for name, expr in BREAKDOWN_SQL.items()]
     parts.append((*EVENT_BREAKDOWN, "COUNT(*)"))
     for name, expr, measure in parts:
         query = f"SELECT app, {expr}, {measure} FROM events WHERE week = ? GROUP BY 1, 2"  # noqa: S608 - fixed

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 from ._open import open_store
-from ._store import BREAKDOWNS, EVENT_BREAKDOWN, Reader, Store
+from ._store import BREAKDOWN_SQL, EVENT_BREAKDOWN, Reader, Store
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def _raw_weeks(reader: Reader, app: str, after: str) -> tuple[list[tuple[str, in
         )
     ]
     parts: _Parts = {}
-    measures = [(name, expr, "COUNT(DISTINCT client_id)") for name, expr in BREAKDOWNS.items()]
+    measures = [(name, expr, "COUNT(DISTINCT client_id)") for name, expr in BREAKDOWN_SQL.items()]
     measures.append((*EVENT_BREAKDOWN, "COUNT(*)"))
     for name, expr, measure in measures:
         query = f"SELECT week, {expr}, {measure} FROM events WHERE app = ? AND week > ? GROUP BY 1, 2"  # noqa: S608
@@ -120,7 +120,7 @@ def _rolled_weeks(reader: Reader, app: str, through: str) -> tuple[list[tuple[st
             "SELECT week, developers, events FROM rollup_weeks WHERE app = ? AND week <= ?", (app, through)
         )
     ]
-    parts: _Parts = {name: {} for name in (*BREAKDOWNS, EVENT_BREAKDOWN[0])}
+    parts: _Parts = {name: {} for name in (*BREAKDOWN_SQL, EVENT_BREAKDOWN[0])}
     for week, name, value, n in reader.query(
         "SELECT week, breakdown, value, n FROM rollup_cells WHERE app = ? AND week <= ?", (app, through)
     ):

@@ -105,7 +105,7 @@ FORGET_CHUNK: Final = 500
 """Events a forget examines (SQLite) or deletes (PostgreSQL) per transaction: each holds up ingest for a few
 milliseconds at most (``benchmarks/bench_forget.py``)."""
 
-BREAKDOWNS: Final = {
+BREAKDOWN_SQL: Final = {
     "by_django": "app_version",
     "by_python": "python || ' ' || python_version",
     "by_os": "os",
