@@ -1,19 +1,34 @@
 """The self-hosted collector: receives the ``json`` transport's batches (and the ``ga4`` transport's
 GA4-shaped payloads), judges each event on its own, and stores no IP address.
 
-Public API (everything else in this package is private)::
+Public API (``__all__``: one line each here and on ``docs/public-api.md``; everything else in this package is
+private)::
 
     make_app(db, *, forward=None, policy=None, limits=None, publishing=None, retention=None) -> Collector  # WSGI
-    serve(db, *, host="127.0.0.1", port=0, ...) -> CollectorServer           # embedded server, bound
-    stats(db, *, app="Django") -> Stats                 # distinct developers per ISO week (exact: the operator's)
-    public(db, *, publishing=None) -> dict              # what GET /v1/stats serves: the stored releases
-    Publishing(epsilon=1.0, app="Django", min_count=10, licence="CC-BY-4.0")  # what is released, and how shown
-    render_html(stats) -> str                           # the operator's page (collector stats --html)
+    serve(db, *, host="127.0.0.1", port=0, ...) -> CollectorServer   # embedded server, bound; make_app's options
+    stats(db, *, app="Django") -> Stats          # distinct developers per ISO week (exact: the operator's)
+    public(db, *, publishing=None) -> dict       # what GET /v1/stats serves: the stored releases
+    render_html(stats) -> str                    # the operator's page (collector stats --html)
     open_store(db, *, create=True, limits=None) -> Store  # the database: a SQLite path or a postgresql:// URL
-    Policy(commands=..., max_age=...)                   # what is accepted (applications, commands, time window)
-    Limits(per_client_week=1000)                        # what is kept
-    Retention(retain_days=430, rollup_every=3600)       # how long raw events are kept; how often to roll up
-    GA4Forwarder(measurement_id=..., api_secret=...)    # optional server-side forwarding to GA4
+    Publishing(epsilon=1.0, app="Django", min_count=10, licence="CC-BY-4.0")  # what is released, and how shown
+    Policy(commands=..., max_age=...)            # what is accepted (applications, commands, time window)
+    Limits(per_client_week=1000)                 # what is kept
+    Retention(retain_days=430, rollup_every=3600)  # how long raw events are kept; how often to roll up
+    GA4Forwarder(measurement_id=..., api_secret=...)  # optional server-side forwarding to GA4
+    Collector                                    # make_app's WSGI application: .store, .counters, .rollup()
+    CollectorServer                              # serve's server: .url, .port, .start(), .stop(), with
+    Counters                                     # Collector.counters: what one process has seen
+    Store                                        # open_store's database
+    Stats                                        # stats()'s numbers
+    Week                                         # one ISO week of Stats.weeks
+    CollectorError                               # the root of the collector's errors (a SpoolReporterError)
+    Unavailable                                  # the database is busy or unreachable for now (503)
+    MIN_COUNT                                    # 10: the default display threshold of the public numbers
+    MAX_EVENTS                                   # events per batch at most
+    MAX_BODY_BYTES                               # bytes per batch body at most
+    BATCH_PATH                                   # "/v1/batch"
+    FORGET_PATH                                  # "/v1/forget"
+    GA4_PATH                                     # "/mp/collect"
 
 ``db`` is a SQLite file path (the default for a laptop and the demo; created ``0600``) or a PostgreSQL URL
 (``postgresql://user@host/dbname``, with ``pip install 'spool_reporter[collector]'``). A demo or a test

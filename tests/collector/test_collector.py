@@ -839,3 +839,21 @@ def test_the_collectors_modules_import_one_way() -> None:
     # open_store moves out of _store (issue 23); then this exception goes too.
     store = {"collector._store", "collector._sqlite", "collector._postgres"}
     assert [c for c in circles if not set(c.split(" -> ")) <= store] == []
+
+
+def test_the_public_names_are_written_down_once_each() -> None:
+    # __all__, the package docstring's list and docs/public-api.md's table name the same public API, one line each.
+    import re
+
+    import spool_reporter.collector as package
+
+    doc = package.__doc__ or ""
+    block = doc.split("Public API", 1)[1].split("::\n\n", 1)[1].split("\n\n", 1)[0]
+    listed = [re.match(r" {4}([A-Za-z_]\w*)", line).group(1) for line in block.splitlines()]  # type: ignore[union-attr]
+    page = (COLLECTOR.parent.parent / "docs" / "public-api.md").read_text(encoding="utf-8")
+    section = page.split("### The collector from Python", 1)[1].split("\n## ", 1)[0]
+    documented = re.findall(r"^\| `([A-Za-z_]\w*)(?:\(\))?` \|", section, flags=re.MULTILINE)
+    assert sorted(listed) == sorted(set(listed)) == sorted(package.__all__)
+    assert sorted(documented) == sorted(set(documented)) == sorted(package.__all__)
+    for name in package.__all__:
+        assert getattr(package, name) is not None
