@@ -25,7 +25,6 @@ puts its ``api_secret``). Every answer says ``Connection: close``.
 from __future__ import annotations
 
 import contextlib
-import http
 import io
 import ipaddress
 import queue
@@ -36,7 +35,7 @@ import time
 from urllib.parse import unquote_to_bytes
 
 from ._wire import MAX_BODY_BYTES
-from ._wsgi import BATCH_PATH, DRAIN_LIMIT, GA4_PATH
+from ._wsgi import BATCH_PATH, DRAIN_LIMIT, GA4_PATH, status_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -75,12 +74,12 @@ _STOP: Final = object()
 def _answer(code: int, body: bytes = b"", headers: list[tuple[str, str]] | None = None) -> bytes:
     """A complete ``HTTP/1.0`` answer that closes the connection."""
     try:
-        phrase = http.HTTPStatus(code).phrase
-    except ValueError:
-        phrase = "Error"
+        status = status_line(code)
+    except ValueError:  # a code http does not know
+        status = f"{code} Error"
     if not body and code != 204:
-        body = f"{code} {phrase}\n".encode("ascii")
-    lines = [f"HTTP/1.0 {code} {phrase}", f"Server: {SERVER_NAME}", "Connection: close"]
+        body = f"{status}\n".encode("ascii")
+    lines = [f"HTTP/1.0 {status}", f"Server: {SERVER_NAME}", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in headers or [("Content-Type", "text/plain; charset=utf-8")]]
     if code != 204 and not any(k.lower() == "content-length" for k, _ in headers or []):
         lines.append(f"Content-Length: {len(body)}")

@@ -42,6 +42,7 @@ roll-up in a background thread of this process, so that no request waits for it.
 from __future__ import annotations
 
 import contextlib
+import http
 import json
 import logging
 import threading
@@ -113,18 +114,11 @@ LOG_EVERY_S: Final = 60.0
 _LOG: Final = logging.getLogger("spool_reporter.collector")
 # Do not log anything about a request here: no address, no header, no body.
 
-_REASONS: Final = {
-    200: "200 OK",
-    204: "204 No Content",
-    400: "400 Bad Request",
-    404: "404 Not Found",
-    405: "405 Method Not Allowed",
-    411: "411 Length Required",
-    413: "413 Content Too Large",
-    415: "415 Unsupported Media Type",
-    500: "500 Internal Server Error",
-    503: "503 Service Unavailable",
-}
+
+def status_line(code: int) -> str:
+    """``413`` -> ``"413 Request Entity Too Large"``: the code and its reason phrase, as :mod:`http` names it (Python
+    3.13 took RFC 9110's ``Content Too Large``; a client reads the code, never the phrase)."""
+    return f"{code} {http.HTTPStatus(code).phrase}"
 
 
 class Counters:
@@ -302,7 +296,7 @@ class Collector:
                 ("Cache-Control", "no-store"),
                 *extra,
             ]
-        start_response(_REASONS[status], headers)
+        start_response(status_line(status), headers)
         return [body]
 
     def _log_unavailable(self, reason: str) -> None:

@@ -352,6 +352,27 @@ def test_fuzz_wsgi_app(
     assert 400 <= code < 500 or ok, (status, out)
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "body", "code"),
+    [
+        pytest.param("GET", "/v1/health", {}, b"", 200, id="200"),
+        pytest.param("POST", "/v1/batch", {"CONTENT_TYPE": "application/json"}, b"[", 400, id="400"),
+        pytest.param("GET", "/nowhere", {}, b"", 404, id="404"),
+        pytest.param("GET", "/v1/batch", {}, b"", 405, id="405"),
+        pytest.param("POST", "/v1/batch", {"CONTENT_TYPE": "application/json"}, b"{}", 411, id="411"),
+        pytest.param("POST", "/v1/forget", {"CONTENT_TYPE": "application/json"}, b" " * 4096, 413, id="413"),
+        pytest.param("POST", "/v1/batch", {"CONTENT_TYPE": "text/plain"}, b"{}", 415, id="415"),
+    ],
+)
+def test_status_lines_are_the_ones_http_names(
+    fuzz_app: object, method: str, path: str, headers: dict[str, str], body: bytes, code: int
+) -> None:
+    # The same words the embedded server puts on its own answers, and on the application's.
+    if code != 411:
+        headers = {**headers, "CONTENT_LENGTH": str(len(body))}
+    assert _call(fuzz_app, method, path, body, headers)[0] == f"{code} {http.HTTPStatus(code).phrase}"
+
+
 def test_wsgi_without_length(tmp_path: Path) -> None:
     app = make_app(tmp_path / "c.sqlite3", policy=POLICY)
     body = batch([event()])
