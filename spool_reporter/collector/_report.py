@@ -32,7 +32,7 @@ import hashlib
 import math
 import re
 
-from spool_reporter._event import OTHER
+from spool_reporter._event import OTHER, parse_time
 from spool_reporter._version import __version__
 from spool_reporter._words import plural
 
@@ -313,12 +313,11 @@ def _factor(epsilon: float) -> str:
 
 
 def _when(iso: str) -> str:
-    """``2026-12-04T12:00:00Z`` -> ``2026-12-04 12:00 UTC`` (escaped; shown as it is if it is no such time)."""
-    try:
-        moment = datetime.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%SZ")
-    except ValueError:
+    """``2026-12-04T12:00:00Z`` -> ``2026-12-04 12:00 UTC`` (escaped; shown as it is if it is no such time in
+    exactly that form, which :func:`~spool_reporter._event.parse_time`, the package's one time parser, decides)."""
+    if parse_time(iso) is None:
         return f"<bdi>{esc(iso)}</bdi>"
-    return moment.strftime("%Y-%m-%d %H:%M UTC")
+    return f"{iso[:10]} {iso[11:16]} UTC"
 
 
 def _date(iso: str) -> str:

@@ -198,6 +198,22 @@ def test_when_released_and_when_the_next_releases_are_due(page: str) -> None:
     assert "from 2026-12-09 00:00 UTC" in text
 
 
+@pytest.mark.parametrize(
+    ("made", "shown"),
+    [
+        pytest.param("2026-12-04T12:00:59Z", "Released 2026-12-04 12:00 UTC", id="a-time"),
+        pytest.param("2026-12-4T12:00:00Z", "Released 2026-12-4T12:00:00Z", id="unpadded-day"),
+        pytest.param("2026-12-04T1:00:00Z", "Released 2026-12-04T1:00:00Z", id="unpadded-hour"),
+        pytest.param("2026-02-30T12:00:00Z", "Released 2026-02-30T12:00:00Z", id="no-such-day"),
+    ],
+)
+def test_the_release_time_is_shown_only_in_exactly_the_form_released(
+    doc: dict[str, object], made: str, shown: str
+) -> None:
+    # parse_time, the one time parser, decides what is a time; anything else is shown as it is, never reformatted.
+    assert shown in _text(_parse(render_public({**doc, "made": made})))
+
+
 def test_the_trend_shows_every_week_with_its_interval(doc: dict[str, object], page: str) -> None:
     trend = _section(_parse(page), "trend")
     weeks = _weeks(doc)
