@@ -532,8 +532,7 @@ def cmd_rollup(args: argparse.Namespace) -> int:
         f"{counted(done.deleted, 'event')} older than {args.retain_days:g} days deleted"
     )
     if done.released:
-        names = ", ".join(f"{r.period} {r.kind}" for r in done.released)
-        print(f"released publicly: {names}")
+        print(done.released_publicly())
     if done.release_error:
         print_error(args.collector_prog, f"no public release made: {done.release_error}")
         return 1

@@ -72,6 +72,13 @@ class Done(NamedTuple):
     release_error: str = ""
     """Why no release could be made (OpenDP missing, the database), or ``""``."""
 
+    def released_publicly(self) -> str:
+        """What this run released, as the operator reads it: ``released publicly: 2026-W49 provisional, 2026-11
+        final`` (``""`` when it released nothing). ``collector rollup`` prints it; the server logs it."""
+        if not self.released:
+            return ""
+        return "released publicly: " + ", ".join(f"{r.period} {r.kind}" for r in self.released)
+
 
 def closing_week(now: float, max_age: float) -> str:
     """The newest ISO week that ended at least ``max_age`` seconds before ``now``: no event of it is accepted."""

@@ -407,10 +407,9 @@ class Collector:
         try:
             done = self.rollup()
             if done.released:  # what the public page says it shows, and when: the operator learns it here
-                names = ", ".join(f"{r.period} {r.kind}" for r in done.released)
                 _LOG.info(
-                    "collector: released publicly: %s (made %s); GET / shows it within %.0f s",
-                    names,
+                    "collector: %s (made %s); GET / shows it within %.0f s",
+                    done.released_publicly(),
                     done.released[-1].made,
                     self.public.check_every,
                 )
