@@ -62,7 +62,9 @@ from __future__ import annotations
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import os
-    from typing import Final
+    from typing import Final, TypedDict
+
+    from typing_extensions import Unpack  # typing's from Python 3.11; read by the type checker only
 
     from ._forward import GA4Forwarder
     from ._open import open_store
@@ -75,6 +77,17 @@ if TYPE_CHECKING:
     from ._store import CollectorError, Limits, Retention, Store, StoreClosed, Unavailable
     from ._wire import MAX_BODY_BYTES, MAX_EVENTS, Policy
     from ._wsgi import BATCH_PATH, FORGET_PATH, GA4_PATH, Collector, Counters, Forwarder
+
+    class _Settings(TypedDict, total=False):
+        """:func:`make_app`'s keyword arguments, which :func:`serve` passes on."""
+
+        forward: Forwarder | None
+        policy: Policy | None
+        limits: Limits | None
+        min_count: int | None
+        retention: Retention | None
+        publishing: Publishing | None
+
 
 __all__ = [
     "BATCH_PATH",
@@ -197,32 +210,17 @@ def make_app(
 
 
 def serve(
-    db: str | os.PathLike[str],
-    *,
-    host: str = "127.0.0.1",
-    port: int = 0,
-    forward: Forwarder | None = None,
-    policy: Policy | None = None,
-    limits: Limits | None = None,
-    min_count: int | None = None,
-    retention: Retention | None = None,
-    publishing: Publishing | None = None,
+    db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 0, **settings: Unpack[_Settings]
 ) -> CollectorServer:
-    """A bound embedded server for :func:`make_app` (``port=0``: a free port, see ``.port`` and ``.url``).
+    """A bound embedded server for :func:`make_app` (``port=0``: a free port, see ``.port`` and ``.url``), which
+    takes the rest of the keyword arguments (``forward``, ``policy``, ``limits``, ``min_count``, ``retention``,
+    ``publishing``).
 
     Call ``.serve_forever()`` or ``.start()`` (a daemon thread), and ``.stop()``; or use ``with``.
     """
     from ._server import CollectorServer
 
-    app = make_app(
-        db,
-        forward=forward,
-        policy=policy,
-        limits=limits,
-        min_count=min_count,
-        retention=retention,
-        publishing=publishing,
-    )
+    app = make_app(db, **settings)
     try:
         return CollectorServer(app, host=host, port=port)
     except BaseException:

@@ -138,23 +138,30 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     # the parser (every django-spool command does) stays cheap.
     from ._store import DEFAULT_MAX_AGE_DAYS, Limits, Retention
 
+    def add_number(
+        parser: argparse.ArgumentParser,
+        flag: str,
+        *,
+        default: float,
+        metavar: str,
+        help: str,
+        kind: Callable[[str], float] = float,
+    ) -> None:
+        """An option that takes a number, its default stated at the end of its help."""
+        parser.add_argument(flag, type=kind, default=default, metavar=metavar, help=f"{help} (default: %(default)g)")
+
     def add_max_age(parser: argparse.ArgumentParser, what: str) -> None:
-        parser.add_argument(
-            "--max-age-days",
-            type=float,
-            default=DEFAULT_MAX_AGE_DAYS,
-            metavar="DAYS",
-            help=f"{what} (default: %(default)g)",
-        )
+        add_number(parser, "--max-age-days", default=DEFAULT_MAX_AGE_DAYS, metavar="DAYS", help=what)
 
     def add_epsilon(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
+        add_number(
+            parser,
             "--epsilon",
-            type=_epsilon,
             default=1.0,  # _release.EPSILON, not imported here (see --min-count)
             metavar="EPS",
             help="the privacy budget of the public releases, per developer: for each week (its provisional and "
-            "final releases together), and for each month, quarter and year (default: %(default)g)",
+            "final releases together), and for each month, quarter and year",
+            kind=_epsilon,
         )
 
     def add_publishing(parser: argparse.ArgumentParser) -> None:
@@ -167,13 +174,13 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         )
 
     def add_retain(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
+        add_number(
+            parser,
             "--retain-days",
-            type=float,
             default=Retention().retain_days,
             metavar="DAYS",
             help="delete raw events older than this once their week is rolled up; the roll-ups, which hold no "
-            "client id, are kept (default: %(default)g)",
+            "client id, are kept",
         )
 
     serve = _command(
@@ -192,13 +199,13 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port; 0 picks a free one (default: %(default)s)")
     add_max_age(serve, "refuse events older than this; at most one day ahead is accepted")
     add_retain(serve)
-    serve.add_argument(
+    add_number(
+        serve,
         "--rollup-every",
-        type=float,
         default=Retention().rollup_every,
         metavar="SECONDS",
-        help="start a roll-up in the background at most this often, when a batch arrives (0: only with "
-        "'collector rollup'; default: %(default)g)",
+        help="start a roll-up in the background at most this often, when a batch arrives; 0: only with 'collector "
+        "rollup'",
     )
     serve.add_argument(
         "--max-per-client-week",

@@ -54,9 +54,11 @@ from ._svg import (
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import Final, NamedTuple
+    from typing import Final, NamedTuple, TypeVar
 
     from ._stats import Stats, Week
+
+    _W = TypeVar("_W")
 else:
     from typing import NamedTuple
 
@@ -214,6 +216,18 @@ def _table(ident: str, caption: str, head: list[str], rows: list[str]) -> str:
         f'<caption id="{ident}-c"><span>{caption}</span></caption><thead><tr>{"".join(head)}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
+
+
+def _trend_table(caption: str, more: list[str], rows: list[str]) -> str:
+    """The table beside a page's trend: a row per week (``rows``, newest first) under the week, its developers
+    and ``more`` column heads; nothing while no week has numbers."""
+    head = ['<th scope="col">Week</th>', '<th scope="col" class="n">Developers</th>', *more]
+    return _table("trend-table", caption, head, rows) if rows else ""
+
+
+def _shown(known: dict[str, _W], window: Sequence[str]) -> list[_W]:
+    """The weeks of ``known`` (by name) that the chart's ``window`` shows, oldest first."""
+    return [known[label] for label in window if label in known]
 
 
 def _page(title: str, body: str) -> str:
@@ -457,16 +471,14 @@ def _public_trend(weeks: Sequence[_Released], window: list[str]) -> str:
         f'<tr><th scope="row"><bdi>{esc(w.name)}</bdi></th>{_number_cells(w.developers, "Developers")}'
         f'<td data-label="Release">{_kind(w.release)}</td>'
         f'<td class="n" data-label="&#949; spent">{_eps(w.epsilon)}</td></tr>'
-        for w in reversed([known[label] for label in window if label in known])
+        for w in reversed(_shown(known, window))
     ]
-    head = [
-        '<th scope="col">Week</th>',
-        '<th scope="col" class="n">Developers</th>',
+    more = [
         f'<th scope="col" class="n">95{_NBSP}% interval</th>',
         '<th scope="col">Release</th>',
         '<th scope="col" class="n">&#949; spent</th>',
     ]
-    table = _table("trend-table", "Estimated developers per week, newest first", head, rows) if rows else ""
+    table = _trend_table("Estimated developers per week, newest first", more, rows)
     return _chart_section("trend", "Developers per week", chart, table)
 
 
@@ -487,7 +499,7 @@ def _public_breakdown(
     name, ident, heading, unit = section
     heading = heading.format(app=app)
     known = {w.name: w for w in weeks}
-    shown = [known[label] for label in window if label in known]
+    shown = _shown(known, window)
     # The values shown (not "fewer than N") in some week of a week whose total is shown, most counted first,
     # "other" last: the chart's series and the table's columns. The rest are folded into one series.
     totals: dict[str, int] = {}
@@ -746,14 +758,9 @@ def _trend_section(weeks: Sequence[Week], window: list[str]) -> str:
     rows = [
         f'<tr><th scope="row">{esc(w.week)}</th><td class="n" data-label="Developers">{w.developers:,}</td>'
         f'<td class="n" data-label="Events">{w.events:,}</td></tr>'
-        for w in reversed([known[label] for label in window if label in known])
+        for w in reversed(_shown(known, window))
     ]
-    head = [
-        '<th scope="col">Week</th>',
-        '<th scope="col" class="n">Developers</th>',
-        '<th scope="col" class="n">Events</th>',
-    ]
-    table = _table("trend-table", "Developers per week, newest first", head, rows) if rows else ""
+    table = _trend_table("Developers per week, newest first", ['<th scope="col" class="n">Events</th>'], rows)
     return _chart_section("trend", "Developers per week", chart, table)
 
 
@@ -761,7 +768,7 @@ def _breakdown_section(section: tuple[str, str, str, str], weeks: Sequence[Week]
     name, ident, heading, unit = section
     heading = heading.format(app=app)
     known = {w.week: w for w in weeks}
-    shown = [known[label] for label in window if label in known]
+    shown = _shown(known, window)
     names = _series([getattr(w, name) for w in shown])
     folded = {w.week: _fold(getattr(w, name), names) for w in shown}
     series = [
