@@ -7,6 +7,7 @@ real collector subprocess."""
 from __future__ import annotations
 
 import copy
+import http
 import json
 import logging
 import threading
@@ -374,7 +375,8 @@ def test_wsgi_rules(tmp_path: Path) -> None:
     status, _ = _call(app, "POST", GA4_PATH, body, {"CONTENT_TYPE": "application/json"})
     assert status.startswith("411")
     status, out = _call(app, "POST", GA4_PATH, b"x", {**json_headers, "CONTENT_LENGTH": str(GA4_MAX_BODY_BYTES + 1)})
-    assert (status, out) == ("413 Content Too Large", f"body larger than {GA4_MAX_BODY_BYTES} bytes\n".encode())
+    too_large = f"413 {http.HTTPStatus(413).phrase}"
+    assert (status, out) == (too_large, f"body larger than {GA4_MAX_BODY_BYTES} bytes\n".encode())
     # Without a length (a server that delimits the body itself), the cap is enforced while reading.
     big = b" " * (GA4_MAX_BODY_BYTES + 10)
     unframed = {"CONTENT_TYPE": "application/json", "wsgi.input_terminated": True}
