@@ -23,6 +23,7 @@ private)::
     Week                                         # one ISO week of Stats.weeks
     CollectorError                               # the root of the collector's errors (a SpoolReporterError)
     Unavailable                                  # the database is busy or unreachable for now (503)
+    StoreClosed                                  # the store was used after close() (a CollectorError)
     MIN_COUNT                                    # 10: the default display threshold of the public numbers
     MAX_EVENTS                                   # events per batch at most
     MAX_BODY_BYTES                               # bytes per batch body at most

@@ -803,63 +803,9 @@ def test_embedded_server_hands_the_app_no_address_or_header(db: Path) -> None:
     assert_private(repr({k: v for k, v in environ.items() if k not in ("SERVER_NAME",)}).encode())
 
 
-# -- the package's layout: imports run one way, and the public names are written down ---------------------------
+# -- the public names are written down (the direction of imports: the contracts in pyproject.toml) ---------------
 
-COLLECTOR = Path(__file__).resolve().parent.parent / "spool_reporter" / "collector"
-
-
-def _collector_imports() -> dict[str, set[str]]:
-    """Module -> the modules it imports (at any depth: inside functions too), as dotted names; the package's own
-    submodules as ``collector._name``."""
-    import ast
-
-    graph: dict[str, set[str]] = {}
-    for path in sorted(COLLECTOR.glob("*.py")):
-        name = "collector" if path.stem == "__init__" else f"collector.{path.stem}"
-        found: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                if node.level == 0:
-                    found.add(node.module or "")
-                elif node.module:  # from ._store import X
-                    found.add(f"collector.{node.module}")
-                else:  # from . import _store, X
-                    found.update(f"collector.{alias.name}" for alias in node.names if alias.name.startswith("_"))
-                    found.add("collector")
-        graph[name] = found
-    return graph
-
-
-def test_the_collector_never_imports_the_hook() -> None:
-    # The hook is the client's hot path; the collector takes the event line's helpers from spool_reporter._event.
-    importers = {m for m, imported in _collector_imports().items() if "spool_reporter._hook" in imported}
-    assert importers == set()
-
-
-def test_the_collectors_modules_import_one_way() -> None:
-    # No circle among the private modules (the package's __init__ and wsgi.py, doorways, are left out: each
-    # private module may reach a public name through the package, loaded lazily).
-    graph = {m: {i for i in imported if i.startswith("collector.")} for m, imported in _collector_imports().items()}
-    graph = {
-        m: imported - {"collector.wsgi"} for m, imported in graph.items() if m not in {"collector", "collector.wsgi"}
-    }
-    circles = []
-    for start in sorted(graph):
-        stack, seen = [(start, (start,))], set()
-        while stack:  # bounded: each module is expanded once per start
-            here, trail = stack.pop()
-            for nxt in sorted(graph.get(here, ())):
-                if nxt == start:
-                    circles.append(" -> ".join((*trail, nxt)))
-                elif nxt not in seen:
-                    seen.add(nxt)
-                    stack.append((nxt, (*trail, nxt)))
-    # The store's factory (open_store in _store, importing its two backends) is the one circle left: it goes when
-    # open_store moves out of _store (issue 23); then this exception goes too.
-    store = {"collector._store", "collector._sqlite", "collector._postgres"}
-    assert [c for c in circles if not set(c.split(" -> ")) <= store] == []
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_public_names_are_written_down_once_each() -> None:
@@ -871,7 +817,7 @@ def test_the_public_names_are_written_down_once_each() -> None:
     doc = package.__doc__ or ""
     block = doc.split("Public API", 1)[1].split("::\n\n", 1)[1].split("\n\n", 1)[0]
     listed = [re.match(r" {4}([A-Za-z_]\w*)", line).group(1) for line in block.splitlines()]  # type: ignore[union-attr]
-    page = (COLLECTOR.parent.parent / "docs" / "public-api.md").read_text(encoding="utf-8")
+    page = (REPO / "docs" / "public-api.md").read_text(encoding="utf-8")
     section = page.split("### The collector from Python", 1)[1].split("\n## ", 1)[0]
     documented = re.findall(r"^\| `([A-Za-z_]\w*)(?:\(\))?` \|", section, flags=re.MULTILINE)
     assert sorted(listed) == sorted(set(listed)) == sorted(package.__all__)
