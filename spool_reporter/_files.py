@@ -158,7 +158,7 @@ def make_dirs(path: str) -> None:
     if DIR_FD:
         os.close(open_dirs(path, create=True))
         return
-    missing = []  # pragma: no cover - Windows: no descriptor-relative calls
+    missing = []  # pragma: no cover windows - no descriptor-relative calls
     head = path
     while head and not os.path.isdir(head):
         missing.append(head)
@@ -181,7 +181,7 @@ def make_dirs(path: str) -> None:
 def _recovering(folder: Folder) -> Iterator[None]:
     """One recovery at a time: an exclusive ``flock`` on the folder's own descriptor (no file of ours is
     involved, so a planted one cannot stop it), bounded like the spool lock."""
-    if folder.fd is None:  # pragma: no cover - Windows
+    if folder.fd is None:  # pragma: no cover windows
         yield
         return
     if not take_lock(folder.fd, LOCK_WAIT_SECONDS):
@@ -359,7 +359,7 @@ class ReadOnlyFolder:
                 self.usable = False
                 return
             self.usable = True
-        else:  # pragma: no cover - Windows
+        else:  # pragma: no cover windows
             self.usable = os.path.isdir(path) and not os.path.islink(path)
 
     def __enter__(self) -> ReadOnlyFolder:
@@ -385,7 +385,7 @@ class ReadOnlyFolder:
         try:
             if self.fd is not None:
                 fd = os.open(name, READ_FLAGS, dir_fd=self.fd)
-            else:  # pragma: no cover - Windows
+            else:  # pragma: no cover windows
                 fd = os.open(os.path.join(self.path, name), READ_FLAGS)
         except OSError:
             return b""

@@ -281,7 +281,7 @@ def _xdg(environ: "Mapping[str, str]", var: "str") -> "str | None":
     return value if value.startswith("/") else None
 
 
-def _windows_folder(environ: "Mapping[str, str]", var: "str", which: "str") -> "str":  # pragma: no cover - Windows
+def _windows_folder(environ: "Mapping[str, str]", var: "str", which: "str") -> "str":  # pragma: no cover windows
     value = environ.get(var, "")
     if value:
         return os.path.normpath(value)
@@ -293,7 +293,7 @@ def _windows_folder(environ: "Mapping[str, str]", var: "str", which: "str") -> "
 def user_config_dir(environ: "Mapping[str, str] | None" = None) -> "str":
     # The user's configuration folder (no application part).
     env = os.environ if environ is None else environ
-    if _WINDOWS:  # pragma: no cover - Windows
+    if _WINDOWS:  # pragma: no cover windows
         return _windows_folder(env, "LOCALAPPDATA", "user_config_dir")
     xdg = _xdg(env, "XDG_CONFIG_HOME")
     if xdg is not None:
@@ -308,7 +308,7 @@ def site_config_dirs(environ: "Mapping[str, str] | None" = None) -> "list[str]":
     # site_config_dir(multipath=True), split. The XDG spec has several ($XDG_CONFIG_DIRS, e.g. Ubuntu's
     # "/etc/xdg/xdg-ubuntu:/etc/xdg"); a distributor's policy may sit in any of them.
     env = os.environ if environ is None else environ
-    if _WINDOWS:  # pragma: no cover - Windows
+    if _WINDOWS:  # pragma: no cover windows
         return [_windows_folder(env, "PROGRAMDATA", "site_config_dir")]
     dirs = [entry for entry in env.get("XDG_CONFIG_DIRS", "").split(os.pathsep) if entry.startswith("/")]
     return dirs or ["/Library/Application Support" if _MACOS else "/etc/xdg"]
@@ -317,7 +317,7 @@ def site_config_dirs(environ: "Mapping[str, str] | None" = None) -> "list[str]":
 def user_state_dir(appname: "str", environ: "Mapping[str, str] | None" = None) -> "str":
     # The user's state folder for ``appname``.
     env = os.environ if environ is None else environ
-    if _WINDOWS:  # pragma: no cover - Windows
+    if _WINDOWS:  # pragma: no cover windows
         return os.path.join(_windows_folder(env, "LOCALAPPDATA", "user_data_dir"), appname)
     xdg = _xdg(env, "XDG_STATE_HOME")
     if xdg is not None:
@@ -668,7 +668,7 @@ ARCH: "Final" = {
 
 
 def _os() -> "tuple[str, str, str]":
-    if sys.platform == "win32":  # pragma: no cover - Windows
+    if sys.platform == "win32":  # pragma: no cover windows
         ver = sys.getwindowsversion()
         release = "11" if ver.major == 10 and ver.build >= 22000 else f"{ver.major}.{ver.minor}"
         # Like platform.machine(): the native architecture, even in a 32-bit process on a 64-bit OS.
@@ -885,7 +885,7 @@ class Folder:
     def __init__(self, path: "str", *, create: "bool", own: "int" = OWN_LEVELS) -> "None":
         self.path = path
         self.fd = None
-        if not DIR_FD:  # pragma: no cover - Windows
+        if not DIR_FD:  # pragma: no cover windows
             if create:
                 from ._files import make_dirs
 
@@ -924,27 +924,27 @@ class Folder:
     def open(self, name: "str", flags: "int", mode: "int" = FILE_MODE) -> "int":
         if self.fd is not None:
             return os.open(name, flags, mode, dir_fd=self.fd)
-        return os.open(os.path.join(self.path, name), flags, mode)  # pragma: no cover - Windows
+        return os.open(os.path.join(self.path, name), flags, mode)  # pragma: no cover windows
 
     def rename(self, src: "str", dst: "str") -> "None":
         if self.fd is not None:
             os.rename(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        else:  # pragma: no cover - Windows
+        else:  # pragma: no cover windows
             os.replace(os.path.join(self.path, src), os.path.join(self.path, dst))
 
     def unlink(self, name: "str") -> "None":
         if self.fd is not None:
             os.unlink(name, dir_fd=self.fd)
-        else:  # pragma: no cover - Windows
+        else:  # pragma: no cover windows
             os.unlink(os.path.join(self.path, name))
 
     def lstat(self, name: "str") -> "os.stat_result":
         if self.fd is not None:
             return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
-        return os.lstat(os.path.join(self.path, name))  # pragma: no cover - Windows
+        return os.lstat(os.path.join(self.path, name))  # pragma: no cover windows
 
 
-if sys.platform == "win32":  # pragma: no cover - Windows
+if sys.platform == "win32":  # pragma: no cover windows
     import msvcrt
 
     def try_lock(fd: "int") -> "bool":

@@ -94,7 +94,7 @@ def send_local(app: App, env: Mapping[str, str], *, wait: float) -> Moved:
 def _rename_between(src: Folder, name: str, dst: Folder, target: str) -> None:
     if src.fd is not None and dst.fd is not None:
         os.rename(name, target, src_dir_fd=src.fd, dst_dir_fd=dst.fd)
-    else:  # pragma: no cover - Windows
+    else:  # pragma: no cover windows
         os.replace(os.path.join(src.path, name), os.path.join(dst.path, target))
 
 
@@ -113,7 +113,7 @@ def remove_local(app: App, env: Mapping[str, str], *, wait: float) -> int:
     with contextlib.suppress(OSError), Folder(_hook.state_dir(app, env), create=False) as main:
         if main.fd is not None:
             os.rmdir(LOCAL_FOLDER, dir_fd=main.fd)
-        else:  # pragma: no cover - Windows
+        else:  # pragma: no cover windows
             os.rmdir(os.path.join(main.path, LOCAL_FOLDER))
     return deleted
 

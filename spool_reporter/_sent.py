@@ -194,7 +194,7 @@ def read(path: str) -> SentRecord:
             chunks = [_read_file(fd, SENT_OLD_NAME), _read_file(fd, SENT_NAME)]
         finally:
             os.close(fd)
-    else:  # pragma: no cover - Windows: no descriptor-relative calls
+    else:  # pragma: no cover windows - no descriptor-relative calls
         with _files.ReadOnlyFolder(path) as folder:
             chunks = [folder.read(SENT_OLD_NAME, READ_LIMIT), folder.read(SENT_NAME, READ_LIMIT)]
     requests: list[dict[str, object]] = []

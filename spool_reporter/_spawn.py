@@ -193,7 +193,7 @@ def touch(folder: "Folder", name: str, when: float) -> None:
     try:
         if os.utime in os.supports_fd:
             os.utime(fd, (when, when))
-        else:  # pragma: no cover - Windows
+        else:  # pragma: no cover windows
             os.utime(os.path.join(folder.path, name), (when, when))
     finally:
         os.close(fd)

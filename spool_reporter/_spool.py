@@ -230,7 +230,7 @@ def names(folder: Folder) -> list[str]:
     if folder.fd is not None:
         with os.scandir(folder.fd) as it:
             return [entry.name for entry in it]
-    return os.listdir(folder.path)  # pragma: no cover - Windows
+    return os.listdir(folder.path)  # pragma: no cover windows
 
 
 def segments(folder: Folder) -> list[tuple[str, int, int]]:
@@ -444,7 +444,7 @@ def recut(folder: Folder, name: str) -> tuple[int, int]:
 def in_flight(folder: Folder, name: str) -> bool:
     """Whether a flusher is sending segment ``name`` right now (it holds a shared ``flock`` on it: see
     :class:`Sending`)."""
-    if folder.fd is None:  # pragma: no cover - Windows: no shared locks; the caps may count a resend
+    if folder.fd is None:  # pragma: no cover windows - no shared locks; the caps may count a resend
         return False
     import fcntl
 
