@@ -36,6 +36,11 @@ DOCS_DEPS = ["sphinx>=7", "myst-parser>=3", "furo>=2024.8.6"]
 session runs on ``FAULTS_PYTHON`` only (one Sphinx build of about 5 s; the docs do not depend on the Python)."""
 
 
+COVERAGE_DEPS = ["coverage>=7.10.3"]
+"""Coverage of the package across every process the tests start (``[tool.coverage.*]`` in pyproject.toml): 7.10
+brought ``patch = subprocess``, ``fork`` and ``_exit``; 7.10.3 carries the whole configuration into the children."""
+
+
 DJANGO_SERIES: dict[str, tuple[str, ...]] = {
     # Django 4.2 LTS and 5.2 LTS run on 3.10-3.13; 6.0 and 6.1 need Python 3.12 or newer (6.1: 3.12-3.15).
     # Python 3.10 and Django 4.2 reached their end of life in 2026: kept while they cost nothing (docs/django.md).
@@ -69,13 +74,32 @@ def tests(session: nox.Session) -> None:
     one PostgreSQL per session (~3 s) and a few gunicorn processes (~10 s in all)."""
     env = {"PYTHONHASHSEED": "0"}
     if session.python == FAULTS_PYTHON:
-        session.install(".[collector]", *TEST_DEPS, *DOCS_DEPS)
+        session.install(".[collector]", *TEST_DEPS, *DOCS_DEPS, *COVERAGE_DEPS)
         env["SPOOL_REPORTER_DOCS_TESTS"] = "required"
-        marker = "not django"
+        _pytest_with_coverage(session, ["-m", "not django", *session.posargs], env)
     else:
         session.install(".[collector]", *TEST_DEPS)
-        marker = "not django and not faults"
-    session.run("pytest", "-m", marker, *session.posargs, env=env)
+        session.run("pytest", "-m", "not django and not faults", *session.posargs, env=env)
+
+
+def _pytest_with_coverage(session: nox.Session, args: list[str], env: dict[str, str]) -> None:
+    """pytest under coverage, then the combined report of every measured process, which fails below the floor
+    (``fail_under``). Its TOTAL line is what ``scripts/dev.py test`` repeats in its last line (docs/testing.md)."""
+    data = Path(session.create_tmp()) / "coverage"
+    shutil.rmtree(data, ignore_errors=True)  # the previous run's files, never combined into this one
+    data.mkdir()
+    data.chmod(0o1777)  # the permission tests' processes run as nobody and save their data here too
+    env = {**env, "COVERAGE_FILE": str(data / ".coverage")}
+    try:
+        session.run("coverage", "run", "-m", "pytest", *args, env=env)
+    except nox.command.CommandFailed:
+        # Failed tests say so already; the figure of a failed run is printed, and not held to the floor.
+        session.run("coverage", "combine", "--quiet", env=env)
+        session.run("coverage", "report", "--fail-under=0", env=env)
+        raise
+    session.run("coverage", "combine", "--quiet", env=env)
+    # The floor holds for the whole suite; a run of some tests (nox -s tests-3.11 -- tests/test_spool.py) prints.
+    session.run("coverage", "report", *(["--fail-under=0"] if session.posargs else []), env=env)
 
 
 @nox.session(python=PYTHONS)
@@ -131,7 +155,9 @@ def docs(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks: print the figures and assert the budgets (with a tolerance for a noisy 2-core machine)."""
     session.install(".[django,collector]")
-    env = {"PYTHONHASHSEED": "0"}
+    # Never measured: coverage settings from the outer environment (a shell under `coverage run`) are dropped.
+    env: dict[str, str | None] = {"PYTHONHASHSEED": "0"}
+    env.update(dict.fromkeys(("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG")))
     failed = []
     for script in sorted((REPO / "benchmarks").glob("bench_*.py")):
         # Every benchmark runs and prints its figures, even after one failed: a failed budget is only one line.

@@ -520,6 +520,7 @@ print(json.dumps([ok, "subprocess" in sys.modules, "threading" in sys.modules]))
 
 
 @POSIX
+@pytest.mark.pristine  # threading loaded or not is the point
 @pytest.mark.parametrize("long_lived", [False, True], ids=["short", "long-lived"])
 def test_a_plain_command_starts_the_flusher_without_subprocess(sandbox: Sandbox, long_lived: bool) -> None:
     """A tool's first run, in a process that has not imported subprocess or threading: the flusher starts
@@ -599,6 +600,7 @@ def test_the_flusher_process_as_it_starts(sandbox: Sandbox, app: App, tmp_path: 
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.pristine  # threading loaded or not is the point
 @pytest.mark.parametrize("long_lived", [False, True], ids=["short", "long-lived"])
 def test_no_zombie_is_left_to_a_long_lived_parent(sandbox: Sandbox, app: App, long_lived: bool) -> None:
     """A parent without threading: long-lived, a reaper thread waits for the child; short-lived, the next start

@@ -20,6 +20,20 @@ BACKENDS = [pytest.param("sqlite", id="sqlite"), pytest.param("postgresql", id="
 """The collector's two stores, the parameters of :func:`db_url`."""
 
 
+COVERAGE_VARIABLES = ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START")
+"""What makes coverage start in every Python process the tests start (``nox -s tests-3.11``, docs/testing.md)."""
+
+
+@pytest.fixture(autouse=True)
+def _pristine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test marked ``pristine`` starts its processes without coverage: coverage loads modules (threading among
+    them) that such a test asserts a process never loads. Autouse, so it runs before ``sandbox`` copies the
+    environment."""
+    if request.node.get_closest_marker("pristine"):
+        for name in COVERAGE_VARIABLES:
+            monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def sandbox(tmp_path: Path) -> Sandbox:
     return Sandbox(tmp_path)
