@@ -6,8 +6,9 @@
 
 It creates ``.dev-venv/`` with nox in it (once), puts every installed ``python3.X`` on nox's path, and
 runs the matching nox sessions. Extra arguments go to nox. ``test`` ends with one line that adds up every
-pytest run of every session (``tests: 1234 passed, 0 failed, 5 skipped in 12 pytest runs``), so that the
-last line of a long log says how it went.
+pytest run of every session and repeats the coverage figure of the one measured run (``tests: 1234 passed,
+0 failed, 5 skipped in 12 pytest runs; coverage 87.5% of lines and branches``), so that the last line of a long
+log says how it went.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ SESSIONS = {
 SUMMARY = re.compile(r"^=*\s*((?:\d+ \w+(?:, )?)+) in [\d.]+s")
 """pytest's last line, with or without ``-q``: ``=== 12 passed, 1 skipped in 3.21s ===``."""
 COUNTED = ("passed", "failed", "errors", "skipped")
+COVERAGE_TOTAL = re.compile(r"^TOTAL\s.*\s(\d+(?:\.\d+)?%)$")
+"""The TOTAL row of ``coverage report`` (the ``tests`` session on 3.11 measures lines and branches): its last column."""
 
 
 def _bin(name: str) -> Path:
@@ -67,10 +70,17 @@ def add_up(lines: list[str]) -> dict[str, int]:
     return totals
 
 
-def summary_line(totals: dict[str, int], status: int) -> str:
+def coverage_total(lines: list[str]) -> str | None:
+    """The last coverage figure in ``lines`` (``87.5%``), or None when no session measured coverage."""
+    found = [match.group(1) for match in map(COVERAGE_TOTAL.match, (line.strip() for line in lines)) if match]
+    return found[-1] if found else None
+
+
+def summary_line(totals: dict[str, int], status: int, coverage: str | None = None) -> str:
     counts = ", ".join(f"{totals[k]} {k}" for k in COUNTED if totals[k] or k in ("passed", "failed"))
+    measured = "" if coverage is None else f"; coverage {coverage} of lines and branches"
     verdict = "" if status == 0 else f" (nox exited {status})"
-    return f"tests: {counts} in {totals['runs']} pytest runs{verdict}"
+    return f"tests: {counts} in {totals['runs']} pytest runs{measured}{verdict}"
 
 
 def _tee(cmd: list[str]) -> tuple[int, list[str]]:
@@ -100,7 +110,7 @@ def main(argv: list[str]) -> int:
         return subprocess.run(cmd, cwd=REPO, env=_pyenv_path(), check=False).returncode
     status, lines = _tee(cmd)
     totals = add_up(lines)
-    print(summary_line(totals, status), flush=True)
+    print(summary_line(totals, status, coverage_total(lines)), flush=True)
     return status if status else (1 if totals["failed"] or totals["errors"] or not totals["runs"] else 0)
 
 

@@ -33,6 +33,22 @@ def test_every_pytest_summary_is_added_up() -> None:
     assert dev.summary_line(totals, 1).endswith("in 3 pytest runs (nox exited 1)")  # type: ignore[attr-defined]
 
 
+def test_the_coverage_figure_is_repeated_in_the_last_line() -> None:
+    dev = _dev()
+    lines = [
+        "Name                                 Stmts   Miss Branch BrPart  Cover\n",
+        "spool_reporter/_hook.py                612     40    250     31  90.1%\n",
+        "TOTAL                                 7012    812   2310    301  87.5%\n",
+        "12 files skipped due to complete coverage.\n",
+        "564 passed, 3 skipped in 183.81s (0:03:03)\n",
+    ]
+    figure = dev.coverage_total(lines)  # type: ignore[attr-defined]
+    assert figure == "87.5%"
+    line = dev.summary_line(dev.add_up(lines), 0, figure)  # type: ignore[attr-defined]
+    assert line == "tests: 564 passed, 0 failed, 3 skipped in 1 pytest runs; coverage 87.5% of lines and branches"
+    assert dev.coverage_total(lines[-2:]) is None  # type: ignore[attr-defined]  # no session measured
+
+
 def test_the_ci_script_runs_the_tests_last() -> None:
     script = (REPO / ".ci" / "run").read_text()
     order = [script.index(f"python3 scripts/dev.py {step}") for step in ("check", "demo", "test")]
