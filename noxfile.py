@@ -69,7 +69,8 @@ processes, files and sockets, not version-specific code, and four runs would dou
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """The whole test suite on one Python (skipped where that Python is not installed); Django commands run in
-    the ``django`` session, and the fault suite (at CI size) only on ``FAULTS_PYTHON``. The ``collector`` extra
+    the ``django`` session, and the fault suite (at CI size) only on ``FAULTS_PYTHON``, which alone runs under
+    coverage (docs/testing.md). The ``collector`` extra
     (psycopg, gunicorn) is installed so that the PostgreSQL and gunicorn tests run on every Python: they start
     one PostgreSQL per session (~3 s) and a few gunicorn processes (~10 s in all)."""
     env = {"PYTHONHASHSEED": "0"}
