@@ -99,7 +99,7 @@ def _pytest_with_coverage(session: nox.Session, args: list[str], env: dict[str, 
         session.run("coverage", "report", "--fail-under=0", env=env)
         raise
     session.run("coverage", "combine", "--quiet", env=env)
-    # The floor holds for the whole suite; a run of some tests (nox -s tests-3.11 -- tests/test_spool.py) prints.
+    # The floor holds for the whole suite; a run of some tests (nox -s tests-3.11 -- tests/client/test_spool.py) prints.
     session.run("coverage", "report", *(["--fail-under=0"] if session.posargs else []), env=env)
 
 
