@@ -70,9 +70,9 @@ processes, files and sockets, not version-specific code, and four runs would dou
 def tests(session: nox.Session) -> None:
     """The whole test suite on one Python (skipped where that Python is not installed); Django commands run in
     the ``django`` session, and the fault suite (at CI size) only on ``FAULTS_PYTHON``, which alone runs under
-    coverage (docs/testing.md). The ``collector`` extra
-    (psycopg, gunicorn) is installed so that the PostgreSQL and gunicorn tests run on every Python: they start
-    one PostgreSQL per session (~3 s) and a few gunicorn processes (~10 s in all)."""
+    coverage (docs/testing.md). The ``collector`` extra (psycopg, gunicorn) is installed so that the PostgreSQL
+    and gunicorn tests run on every Python: they start one PostgreSQL per session (~3 s) and a few gunicorn
+    processes (~10 s in all)."""
     env = {"PYTHONHASHSEED": "0"}
     if session.python == FAULTS_PYTHON:
         session.install(".[collector]", *TEST_DEPS, *DOCS_DEPS, *COVERAGE_DEPS)
@@ -99,7 +99,7 @@ def _pytest_with_coverage(session: nox.Session, args: list[str], env: dict[str, 
         session.run("coverage", "report", "--fail-under=0", env=env)
         raise
     session.run("coverage", "combine", "--quiet", env=env)
-    # The floor holds for the whole suite; a run of some tests (nox -s tests-3.11 -- tests/client/test_spool.py) prints.
+    # The floor holds for the whole suite; a run of some tests (nox -s tests-3.11 -- tests/client) only prints.
     session.run("coverage", "report", *(["--fail-under=0"] if session.posargs else []), env=env)
 
 
