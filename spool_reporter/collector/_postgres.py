@@ -51,19 +51,18 @@ from . import _store
 from ._store import (
     COLUMNS,
     FORGET_CHUNK,
-    FORGOTTEN,
-    LATE,
     LOCK_WAIT_S,
-    OVER_CAP,
     REQUEST_WAIT_S,
     SCHEMA_VERSION,
     CollectorError,
+    Dialect,
     Inserted,
     Limits,
     Reader,
     Store,
     StoreClosed,
     Unavailable,
+    Writer,
 )
 
 TYPE_CHECKING = False
@@ -74,7 +73,7 @@ if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import ConnectionPool
 
-    from ._store import Release, RollupCells, RollupTotals, Row
+    from ._store import Row
 
     _T = TypeVar("_T")
 
@@ -364,7 +363,6 @@ class PostgresStore(Store):
         self._lock = threading.Lock()
         self._pool: ConnectionPool[Any] | None = None  # this process's, opened by its first request
         self._closed = False
-        self._key = ""  # forget_key, read once
         self._watch_forks()
         conn = self._connect()
         try:
@@ -376,11 +374,7 @@ class PostgresStore(Store):
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK,))
                 version = self._version(conn)
                 if version > SCHEMA_VERSION:
-                    msg = (
-                        f"the collector database {self.display} has schema {version}, newer than this collector's "
-                        f"{SCHEMA_VERSION}: upgrade spool_reporter"
-                    )
-                    raise CollectorError(msg)
+                    raise _store.newer_schema(self.display, version)
                 if create:
                     self._migrate(conn, version)
                 elif version == 0:
@@ -534,7 +528,7 @@ class PostgresStore(Store):
                 # The same lock keeps a forget's mark and this batch apart: a forget marked before this point is
                 # seen below, and a forget marking after it waits for this transaction, then finds its rows.
                 cur.execute("SELECT pg_advisory_xact_lock_shared(%s)", (CLOSING_LOCK,))
-                digests = _store.client_digests(rows, self._forget_key(cur))
+                digests = _store.client_digests(rows, self._forget_key(Writer(cur, pyformat=True)))
                 closed, marked = _one(cur, _BATCH_STATE, (",".join(sorted(digests)),))
                 rows, gone = _store.without_clients(rows, {digests[d] for d in marked or ()})
                 if closed and any(row.week <= closed for row in rows):
@@ -560,144 +554,48 @@ class PostgresStore(Store):
                     cur.execute(_ADD_CLIENT_WEEKS, (*columns, ",".join(str(n) for _, n in items)))
                     spans = _store.client_apps(kept)  # in key order: two batches lock shared rows in one order
                     cur.execute(_ADD_CLIENT_APPS, tuple(",".join(span[i] for span in spans) for i in range(4)))
-            mine = {reason: n for reason, n in ((FORGOTTEN, gone), (LATE, late), (OVER_CAP, limited)) if n}
+            mine = _store.refused_here(forgotten=gone, late=late, over_cap=limited)
             counted = _store.merge_counts(refused, mine)
             if counted:
                 week = _store.this_week(time.time() if now is None else now)
                 cur.executemany(_ADD_REFUSAL, sorted((week, reason, n) for reason, n in counted.items()))
         return Inserted(added, kept if want_new else [], mine)
 
-    def _forget_key(self, cur: psycopg.Cursor[Any]) -> str:
-        if not self._key:
-            self._key = str(_one(cur, "SELECT key FROM forget_key")[0])
-        return self._key
+    # -- retention and forget: the statements are the base class's --------------------------------------------
 
-    # -- retention and forget -------------------------------------------------------------------------------
+    dialect = Dialect(
+        insert_new="INSERT INTO",
+        on_conflict_skip=" ON CONFLICT DO NOTHING",
+        row_key="event_id",
+        client_id="?::uuid",
+        later_until="GREATEST(forgotten.until, excluded.until)",
+        for_update=" FOR UPDATE",
+    )
 
-    def _transaction(self, work: Callable[[psycopg.Cursor[Any]], _T], *, quick: bool = True) -> _T:
-        """``work(cur)`` in one transaction; unless ``quick``, without a statement timeout or the watchdog."""
+    def _write(self, work: Callable[[Writer], _T], *, quick: bool = True) -> _T:
+        """``work(writer)`` in one transaction; unless ``quick``, without a statement timeout or the watchdog."""
 
         def run(conn: psycopg.Connection[Any]) -> _T:
             with conn.transaction(), conn.cursor() as cur:
                 if not quick:
                     cur.execute("SET LOCAL statement_timeout = 0")
-                return work(cur)
+                return work(Writer(cur, pyformat=True))
 
         return self._run(run, quick=quick)
 
-    def close_weeks(self, week: str) -> str:
-        def work(cur: psycopg.Cursor[Any]) -> str:
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (CLOSING_LOCK,))  # waits for the inserts in flight
-            cur.execute("UPDATE rollup_state SET closed_through = %s WHERE closed_through < %s", (week, week))
-            return str(_one(cur, "SELECT closed_through FROM rollup_state")[0])
+    def _exclude_inserts(self, w: Writer) -> None:
+        # Exclusive, where every insert takes it shared (see _insert); held for this short transaction only.
+        w.execute("SELECT pg_advisory_xact_lock(?)", (CLOSING_LOCK,))
 
-        return self._transaction(work)
-
-    def save_rollup(self, week: str, totals: RollupTotals, cells: RollupCells) -> bool:
-        def work(cur: psycopg.Cursor[Any]) -> bool:
-            closed, rolled = _one(cur, "SELECT closed_through, rolled_through FROM rollup_state FOR UPDATE")
-            if week <= rolled or week > closed:
-                return False
-            cur.executemany(
-                "INSERT INTO rollup_weeks (app, week, developers, events, new_developers) "
-                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                [(app, week, devs, n, first) for app, devs, n, first in totals],
-            )
-            cur.executemany(
-                "INSERT INTO rollup_cells (app, week, breakdown, value, n) VALUES (%s, %s, %s, %s, %s) "
-                "ON CONFLICT DO NOTHING",
-                [(app, week, name, value, n) for app, name, value, n in cells],
-            )
-            cur.execute("UPDATE rollup_state SET rolled_through = %s", (week,))
-            return True
-
-        return self._transaction(work)
-
-    def mark_rolled(self, week: str) -> None:
-        def work(cur: psycopg.Cursor[Any]) -> None:
-            cur.execute(
-                "UPDATE rollup_state SET rolled_through = %s WHERE rolled_through < %s AND closed_through >= %s",
-                (week, week, week),
-            )
-
-        self._transaction(work)
-
-    def delete_expired(self, *, through_week: str, before: str, limit: int) -> int:
-        def work(cur: psycopg.Cursor[Any]) -> int:
-            cur.execute(
-                "DELETE FROM events WHERE event_id IN (SELECT event_id FROM events WHERE week <= %s AND time < %s "
-                "AND week <= (SELECT rolled_through FROM rollup_state) LIMIT %s)",
-                (through_week, before, limit),
-            )
-            return int(cur.rowcount)
-
-        return self._transaction(work, quick=False)
-
-    def expire_ids(self, before_week: str) -> None:
-        def work(cur: psycopg.Cursor[Any]) -> None:
-            rolled = "(SELECT rolled_through FROM rollup_state)"
-            cur.execute(f"DELETE FROM client_weeks WHERE week < %s AND week <= {rolled}", (before_week,))  # noqa: S608
-            cur.execute(f"DELETE FROM client_apps WHERE last_week < %s AND last_week <= {rolled}", (before_week,))  # noqa: S608
-
-        self._transaction(work, quick=False)
-
-    def forget(self, client_id: str, *, until: float) -> int:
-        def mark(cur: psycopg.Cursor[Any]) -> list[str]:
-            # Exclusive: waits for the batches in flight (their rows are then found below) and makes every later
-            # batch see the mark (see _insert); held for this short transaction only.
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (CLOSING_LOCK,))
-            cur.execute(
-                "INSERT INTO forgotten (digest, until) VALUES (%s, %s) "
-                "ON CONFLICT (digest) DO UPDATE SET until = GREATEST(forgotten.until, excluded.until)",
-                (_store.forget_digest(self._forget_key(cur), client_id), until),
-            )
-            weeks = cur.execute("SELECT week FROM client_weeks WHERE client_id = %s::uuid", (client_id,))
-            return [str(w) for (w,) in weeks]
-
-        def chunk(week: str) -> Callable[[psycopg.Cursor[Any]], int]:
-            # Through the index on (week, client_id): each transaction finds its rows at once.
-            return lambda cur: int(
-                cur.execute(
-                    "DELETE FROM events WHERE ctid = ANY(ARRAY("
-                    "SELECT ctid FROM events WHERE week = %s AND client_id = %s::uuid LIMIT %s))",
-                    (week, client_id, FORGET_CHUNK),
-                ).rowcount
-            )
-
-        deleted = 0
-        for week in sorted(self._transaction(mark)):
-            while True:  # bounded: each round deletes FORGET_CHUNK rows of a client no batch can add to, or ends
-                n = self._transaction(chunk(week))
-                deleted += n
-                if n < FORGET_CHUNK:
-                    break
-
-        def rest(cur: psycopg.Cursor[Any]) -> None:
-            cur.execute("DELETE FROM client_weeks WHERE client_id = %s::uuid", (client_id,))
-            cur.execute("DELETE FROM client_apps WHERE client_id = %s::uuid", (client_id,))
-
-        self._transaction(rest)
-        return deleted
-
-    def expire_forgotten(self, now: float) -> int:
-        def work(cur: psycopg.Cursor[Any]) -> int:
-            return int(cur.execute("DELETE FROM forgotten WHERE until < %s", (now,)).rowcount)
-
-        return self._transaction(work)
-
-    def save_release(self, release: Release) -> bool:
-        def work(cur: psycopg.Cursor[Any]) -> bool:
-            cur.execute(
-                "INSERT INTO releases (app, period, kind, made, epsilon, body) VALUES (%s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT DO NOTHING",
-                tuple(release),
-            )
-            return bool(cur.rowcount)
-
-        return self._transaction(work)
-
-    def set_first_week(self, week: str) -> None:
-        self._transaction(lambda cur: cur.execute("UPDATE release_state SET first_week = %s", (week,)))
+    def _forget_step(self, w: Writer, *, client_id: str, week: str, after: int) -> tuple[int, int]:
+        # Through the index on (week, client_id): each transaction finds its rows at once, and deletes them; the
+        # next step starts from the beginning again, until one finds fewer than a chunk (`after` is unused).
+        n = w.execute(
+            "DELETE FROM events WHERE ctid = ANY(ARRAY("
+            "SELECT ctid FROM events WHERE week = ? AND client_id = ?::uuid LIMIT ?))",
+            (week, client_id, FORGET_CHUNK),
+        )
+        return (-1 if n < FORGET_CHUNK else 0), n
 
     @contextlib.contextmanager
     def _rollup_lock(self) -> Iterator[bool]:

@@ -33,7 +33,6 @@ discarded in a forked child, which also starts with new locks, whatever a thread
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import secrets
 import sqlite3
@@ -45,18 +44,17 @@ from . import _store
 from ._store import (
     COLUMNS,
     FORGET_CHUNK,
-    FORGOTTEN,
-    LATE,
     LOCK_WAIT_S,
-    OVER_CAP,
     SCHEMA_VERSION,
     CollectorError,
+    Dialect,
     Inserted,
     Limits,
     Reader,
     Store,
     StoreClosed,
     Unavailable,
+    Writer,
 )
 
 TYPE_CHECKING = False
@@ -64,7 +62,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from typing import Final, TypeVar
 
-    from ._store import Release, RollupCells, RollupTotals, Row
+    from ._store import Row
 
     _T = TypeVar("_T")
 
@@ -192,29 +190,6 @@ def _forgotten(conn: sqlite3.Connection, digests: list[str]) -> set[str]:
         query = f"SELECT digest FROM forgotten WHERE digest IN ({','.join('?' * len(chunk))})"  # noqa: S608 - ?s
         found.update(str(d) for (d,) in conn.execute(query, chunk))
     return found
-
-
-def _forget_chunk(conn: sqlite3.Connection, *, week: str, client_id: str, after: int) -> tuple[int, int]:
-    """Delete ``client_id``'s events among the next :data:`~._store.FORGET_CHUNK` rows of ``week`` after rowid
-    ``after`` (through the index on week, in rowid order); return (the last rowid examined, or -1 once the week
-    is done; the events deleted). There is no index by client id: it would cost every insert ~19 %
-    (``benchmarks/bench_collector.py``), and a forget is rare."""
-    last, hits = conn.execute(
-        "SELECT max(rowid), group_concat(CASE WHEN client_id = ? THEN rowid END) FROM ("
-        " SELECT rowid, client_id FROM events INDEXED BY events_week WHERE week = ? AND rowid > ?"
-        " ORDER BY rowid LIMIT ?)",
-        (client_id, week, after, FORGET_CHUNK),
-    ).fetchone()
-    if last is None:
-        return -1, 0
-    n = 0
-    if hits:
-        ids = [int(x) for x in str(hits).split(",")]
-        for start in range(0, len(ids), _CHUNK):
-            chunk = ids[start : start + _CHUNK]
-            query = f"DELETE FROM events WHERE rowid IN ({','.join('?' * len(chunk))})"  # noqa: S608 - only ?s
-            n += int(conn.execute(query, chunk).rowcount)
-    return int(last), n
 
 
 def _create_private(path: str) -> None:
@@ -347,7 +322,6 @@ class SQLiteStore(Store):
         self._pool: list[sqlite3.Connection] = []
         self._pid = os.getpid()
         self._closed = False
-        self._key = ""  # forget_key, read once
         self._watch_forks()
         try:
             if create:
@@ -359,11 +333,7 @@ class SQLiteStore(Store):
         try:
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
             if version > SCHEMA_VERSION:
-                msg = (
-                    f"the collector database {self.path} has schema {version}, newer than this collector's "
-                    f"{SCHEMA_VERSION}: upgrade spool_reporter"
-                )
-                raise CollectorError(msg)
+                raise _store.newer_schema(self.path, version)
             if create:
                 self._migrate(conn)
             elif version == 0 and not self._has_events(conn):
@@ -559,7 +529,7 @@ class SQLiteStore(Store):
         """One batch, inside the group's write transaction (so no other writer can add rows meanwhile)."""
         cap = self.limits.per_client_week
         rows, refused = job.rows, job.refused
-        digests = _store.client_digests(rows, self._forget_key(conn))
+        digests = _store.client_digests(rows, self._forget_key(Writer(conn)))
         rows, gone = _store.without_clients(rows, {digests[d] for d in _forgotten(conn, sorted(digests))})
         ids = list({row.event_id for row in rows})
         known: set[str] = set()
@@ -587,22 +557,28 @@ class SQLiteStore(Store):
         conn.executemany(_INSERT, kept)
         conn.executemany(_ADD_CLIENT_WEEK, [(client, week, n) for (client, week), n in taken.items()])
         conn.executemany(_ADD_CLIENT_APP, _store.client_apps(kept))
-        mine = {reason: n for reason, n in ((FORGOTTEN, gone), (LATE, late), (OVER_CAP, limited)) if n}
+        mine = _store.refused_here(forgotten=gone, late=late, over_cap=limited)
         counted = _store.merge_counts(refused, mine)
         if counted:
             week = _store.this_week(time.time() if job.now is None else job.now)
             conn.executemany(_ADD_REFUSAL, sorted((week, reason, n) for reason, n in counted.items()))
         return Inserted(len(kept), kept if job.want_new else [], mine)
 
-    def _forget_key(self, conn: sqlite3.Connection) -> str:
-        if not self._key:
-            self._key = str(conn.execute("SELECT key FROM forget_key").fetchone()[0])
-        return self._key
+    # -- retention and forget: the statements are the base class's --------------------------------------------
 
-    # -- retention and forget -------------------------------------------------------------------------------
+    dialect = Dialect(
+        insert_new="INSERT OR IGNORE INTO",
+        on_conflict_skip="",
+        row_key="rowid",
+        client_id="?",
+        later_until="max(until, excluded.until)",
+        for_update="",  # the write transaction holds the whole file
+    )
 
-    def _write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        """``work(conn)`` in one write transaction on the writing connection (batches wait meanwhile)."""
+    def _write(self, work: Callable[[Writer], _T], *, quick: bool = True) -> _T:
+        """``work(writer)`` in one write transaction on the writing connection (batches wait meanwhile). ``quick``
+        changes nothing: every write waits for the write lock at most :data:`~._store.LOCK_WAIT_S`, and a
+        statement then runs as long as it needs."""
         if not self._write_lock.acquire(timeout=LOCK_WAIT_S):
             raise self._busy()
         try:
@@ -610,116 +586,43 @@ class SQLiteStore(Store):
             # transaction at most, even behind a forget or a roll-up that takes the lock again at once (a lock is
             # not fair: without this, a forget's chunks in a row starved ingest for 150 ms at p99).
             self._commit_pending()
-            return self._in_transaction(work)
+            return self._in_transaction(lambda conn: work(Writer(conn)))
         finally:
             self._write_lock.release()
 
-    def close_weeks(self, week: str) -> str:
-        def work(conn: sqlite3.Connection) -> str:
-            conn.execute("UPDATE rollup_state SET closed_through = ? WHERE closed_through < ?", (week, week))
-            return str(conn.execute("SELECT closed_through FROM rollup_state").fetchone()[0])
+    def _exclude_inserts(self, w: Writer) -> None:
+        pass  # every insert runs under the write lock, in a write transaction (BEGIN IMMEDIATE) as this one
 
-        return self._write(work)
-
-    def save_rollup(self, week: str, totals: RollupTotals, cells: RollupCells) -> bool:
-        def work(conn: sqlite3.Connection) -> bool:
-            closed, rolled = conn.execute("SELECT closed_through, rolled_through FROM rollup_state").fetchone()
-            if week <= rolled or week > closed:
-                return False
-            conn.executemany(
-                "INSERT OR IGNORE INTO rollup_weeks (app, week, developers, events, new_developers) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [(app, week, devs, n, first) for app, devs, n, first in totals],
-            )
-            conn.executemany(
-                "INSERT OR IGNORE INTO rollup_cells (app, week, breakdown, value, n) VALUES (?, ?, ?, ?, ?)",
-                [(app, week, name, value, n) for app, name, value, n in cells],
-            )
-            conn.execute("UPDATE rollup_state SET rolled_through = ?", (week,))
-            return True
-
-        return self._write(work)
-
-    def mark_rolled(self, week: str) -> None:
-        def work(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "UPDATE rollup_state SET rolled_through = ? WHERE rolled_through < ? AND closed_through >= ?",
-                (week, week, week),
-            )
-
-        self._write(work)
-
-    def delete_expired(self, *, through_week: str, before: str, limit: int) -> int:
-        def work(conn: sqlite3.Connection) -> int:
-            # Only weeks rolled up already: the condition is checked in the deleting transaction itself.
-            cur = conn.execute(
-                "DELETE FROM events WHERE rowid IN (SELECT rowid FROM events WHERE week <= ? AND time < ? "
-                "AND week <= (SELECT rolled_through FROM rollup_state) LIMIT ?)",
-                (through_week, before, limit),
-            )
-            return int(cur.rowcount)
-
-        return self._write(work)
-
-    def expire_ids(self, before_week: str) -> None:
-        def work(conn: sqlite3.Connection) -> None:
-            rolled = "(SELECT rolled_through FROM rollup_state)"
-            conn.execute(f"DELETE FROM client_weeks WHERE week < ? AND week <= {rolled}", (before_week,))  # noqa: S608
-            conn.execute(f"DELETE FROM client_apps WHERE last_week < ? AND last_week <= {rolled}", (before_week,))  # noqa: S608
-
-        self._write(work)
-
-    def forget(self, client_id: str, *, until: float) -> int:
-        def mark(conn: sqlite3.Connection) -> list[str]:
-            # Under the write lock, as every insert: the batches before this are stored and will be found below,
-            # the batches after it see the mark and refuse this client's events.
-            conn.execute(
-                "INSERT INTO forgotten (digest, until) VALUES (?, ?) "
-                "ON CONFLICT (digest) DO UPDATE SET until = max(until, excluded.until)",
-                (_store.forget_digest(self._forget_key(conn), client_id), until),
-            )
-            return [str(w) for (w,) in conn.execute("SELECT week FROM client_weeks WHERE client_id = ?", (client_id,))]
-
-        weeks = self._write(mark)
-        deleted = 0
-        for week in sorted(weeks):
-            after = 0  # rowids start at 1
-            while True:  # bounded: each round moves `after` past FORGET_CHUNK of the week's rows, or ends
-                after, n = self._write(functools.partial(_forget_chunk, week=week, client_id=client_id, after=after))
-                deleted += n
-                if after < 0:
-                    break
-
-        def rest(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM client_weeks WHERE client_id = ?", (client_id,))
-            conn.execute("DELETE FROM client_apps WHERE client_id = ?", (client_id,))
-
-        self._write(rest)
-        return deleted
-
-    def expire_forgotten(self, now: float) -> int:
-        return self._write(lambda conn: int(conn.execute("DELETE FROM forgotten WHERE until < ?", (now,)).rowcount))
-
-    def save_release(self, release: Release) -> bool:
-        def work(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute(
-                "INSERT OR IGNORE INTO releases (app, period, kind, made, epsilon, body) VALUES (?, ?, ?, ?, ?, ?)",
-                tuple(release),
-            )
-            return bool(cur.rowcount)
-
-        return self._write(work)
-
-    def set_first_week(self, week: str) -> None:
-        self._write(lambda conn: conn.execute("UPDATE release_state SET first_week = ?", (week,)))
+    def _forget_step(self, w: Writer, *, client_id: str, week: str, after: int) -> tuple[int, int]:
+        """Delete ``client_id``'s events among the next :data:`~._store.FORGET_CHUNK` rows of ``week`` after rowid
+        ``after`` (through the index on week, in rowid order); return (the last rowid examined, or -1 once the week
+        is done; the events deleted). There is no index by client id: it would cost every insert ~19 %
+        (``benchmarks/bench_collector.py``), and a forget is rare."""
+        ((last, hits),) = w.query(
+            "SELECT max(rowid), group_concat(CASE WHEN client_id = ? THEN rowid END) FROM ("
+            " SELECT rowid, client_id FROM events INDEXED BY events_week WHERE week = ? AND rowid > ?"
+            " ORDER BY rowid LIMIT ?)",
+            (client_id, week, after, FORGET_CHUNK),
+        )
+        if last is None:
+            return -1, 0
+        n = 0
+        if hits:
+            ids = [int(x) for x in str(hits).split(",")]
+            for start in range(0, len(ids), _CHUNK):
+                chunk = ids[start : start + _CHUNK]
+                query = f"DELETE FROM events WHERE rowid IN ({','.join('?' * len(chunk))})"  # noqa: S608 - only ?s
+                n += w.execute(query, chunk)
+        return int(last), n
 
     @contextlib.contextmanager
     def _lease(self) -> Iterator[bool]:
         # Across processes on one file: a lease in the database, which a killed holder gives up by expiring.
-        def take(conn: sqlite3.Connection) -> bool:
+        def take(w: Writer) -> bool:
             now = time.time()
-            cur = conn.execute("UPDATE rollup_state SET lease_until = ? WHERE lease_until < ?", (now + LEASE_S, now))
-            return bool(cur.rowcount)
+            return bool(
+                w.execute("UPDATE rollup_state SET lease_until = ? WHERE lease_until < ?", (now + LEASE_S, now))
+            )
 
         held = self._write(take)
         try:
@@ -727,7 +630,7 @@ class SQLiteStore(Store):
         finally:
             if held:
                 with contextlib.suppress(CollectorError, sqlite3.Error):
-                    self._write(lambda conn: conn.execute("UPDATE rollup_state SET lease_until = 0"))
+                    self._write(lambda w: w.execute("UPDATE rollup_state SET lease_until = 0"))
 
     def rollup_lock(self) -> contextlib.AbstractContextManager[bool]:
         return self._lease()

@@ -51,6 +51,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import datetime
+import functools
 import hashlib
 import hmac
 import os
@@ -62,8 +63,23 @@ from spool_reporter._event import FIELDS, MAX_AGE_SECONDS, MAX_FUTURE_SECONDS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-    from typing import Final, NamedTuple
+    from collections.abc import Callable, Iterable, Mapping
+    from typing import Any, Final, NamedTuple, Protocol, TypeVar
+
+    _T = TypeVar("_T")
+
+    class _Cursor(Protocol):
+        @property
+        def rowcount(self) -> int: ...
+
+        def fetchall(self) -> list[Any]: ...
+
+    class _Executes(Protocol):
+        """What a back end's write transaction runs statements on (a :class:`sqlite3.Connection`, a psycopg cursor)."""
+
+        def execute(self, sql: str, params: Sequence[object], /) -> _Cursor: ...
+
+        def executemany(self, sql: str, params: Iterable[Sequence[object]], /) -> object: ...
 else:
     from typing import NamedTuple
 
@@ -302,6 +318,51 @@ class Reader:
         return self._run(sql, params)
 
 
+class Writer:
+    """One write transaction of a back end (from :meth:`Store._write`), for the statements both back ends share.
+
+    Its SQL takes ``?`` placeholders, as :class:`Reader`'s (translated for PostgreSQL); what else differs between
+    the two dialects is in :class:`Dialect`.
+    """
+
+    def __init__(self, raw: _Executes, *, pyformat: bool = False) -> None:
+        self._raw = raw
+        self._pyformat = pyformat
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", "%s") if self._pyformat else sql
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> int:
+        """Run ``sql``; return the rows it changed."""
+        return int(self._raw.execute(self._sql(sql), params).rowcount)
+
+    def executemany(self, sql: str, params: Iterable[Sequence[object]]) -> None:
+        """Run ``sql`` once for each of ``params``."""
+        self._raw.executemany(self._sql(sql), params)
+
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        """Run ``sql``; return its rows."""
+        return [tuple(row) for row in self._raw.execute(self._sql(sql), params).fetchall()]
+
+
+class Dialect(NamedTuple):
+    """The pieces of SQL in which the back ends' shared statements differ (:attr:`Store.dialect`)."""
+
+    insert_new: str
+    """``INSERT`` that skips a row whose key is stored already, up to the columns (SQLite's ``INSERT OR IGNORE``)."""
+    on_conflict_skip: str
+    """What follows that ``INSERT``'s values (PostgreSQL's ``ON CONFLICT DO NOTHING``)."""
+    row_key: str
+    """A column that names one event row (SQLite's ``rowid``, PostgreSQL's primary key)."""
+    client_id: str
+    """A client id parameter, cast to the column's type (PostgreSQL's ``uuid``)."""
+    later_until: str
+    """The later of a ``forgotten`` row's ``until`` and the one being inserted, in an upsert."""
+    for_update: str
+    """What locks the rows a ``SELECT`` read until the transaction ends (nothing where the transaction holds the
+    whole database)."""
+
+
 class Store(abc.ABC):
     """The interface both back ends implement. Every method is safe from many threads at once, and across a
     ``fork``: a pre-forking server (gunicorn with ``--preload``, a test's ``os.fork``) may fork while a thread
@@ -400,11 +461,13 @@ class Store(abc.ABC):
         )
         return [Release(str(a), str(p), str(k), str(m), float(e), str(b)) for a, p, k, m, e, b in rows]  # type: ignore[arg-type]
 
-    def release_mark(self, app: str) -> tuple[int, str]:
+    def release_mark(self, app: str, reader: Reader | None = None) -> tuple[int, str]:
         """(releases of ``app``, the newest ``made``): changes whenever a release is added, costs one index read
         (one query: the store must be of schema 4, as the collector's own is once it has migrated it)."""
-        with self.reading(quick=True) as reader:
-            ((n, made),) = reader.query("SELECT COUNT(*), COALESCE(MAX(made), '') FROM releases WHERE app = ?", (app,))
+        if reader is None:
+            with self.reading(quick=True) as own:  # the public answers wait for it
+                return self.release_mark(app, own)
+        ((n, made),) = reader.query("SELECT COUNT(*), COALESCE(MAX(made), '') FROM releases WHERE app = ?", (app,))
         return int(n), str(made)  # type: ignore[call-overload]
 
     def first_week(self, reader: Reader | None = None) -> str:
@@ -415,43 +478,125 @@ class Store(abc.ABC):
         ((week,),) = reader.query("SELECT first_week FROM release_state")
         return str(week)
 
+    # -- writing: what each back end supplies -----------------------------------------------------------------
+
+    dialect: Dialect
+    """Where this back end's SQL differs in the statements written once below."""
+
+    _key: str = ""
+    """``forget_key``, read once (:meth:`_forget_key`)."""
+
     @abc.abstractmethod
+    def _write(self, work: Callable[[Writer], _T], *, quick: bool = True) -> _T:
+        """``work(writer)`` in one write transaction; its failures as the back end reports them (a database busy
+        or unreachable: :class:`Unavailable`).
+
+        :param quick: a request waits for it (bounded as :meth:`reading`'s); otherwise (the retention's deletions)
+            a statement may take as long as it needs.
+        """
+
+    @abc.abstractmethod
+    def _exclude_inserts(self, w: Writer) -> None:
+        """Inside :meth:`_write`, before its first statement: wait for the inserts in flight, and hold every later
+        one back until this transaction ends (so that each of them sees what it wrote)."""
+
+    @abc.abstractmethod
+    def _forget_step(self, w: Writer, *, client_id: str, week: str, after: int) -> tuple[int, int]:
+        """Delete ``client_id``'s events among at most :data:`FORGET_CHUNK` events of ``week`` (the step before
+        ended at ``after``; the first starts at 0); return (where the next step starts, or -1 once the week is
+        done; the events deleted). Each step is a transaction of its own (:meth:`forget`)."""
+
+    def _forget_key(self, w: Writer) -> str:
+        if not self._key:
+            ((key,),) = w.query("SELECT key FROM forget_key")
+            self._key = str(key)
+        return self._key
+
+    # -- releases, retention and forget (see ._release and ._rollup) ------------------------------------------
+
     def save_release(self, release: Release) -> bool:
         """Store ``release`` unless one of its application, period and kind is stored already (then ``False``,
         nothing written: a release is never replaced)."""
+        d = self.dialect
+        sql = (
+            f"{d.insert_new} releases (app, period, kind, made, epsilon, body) VALUES (?, ?, ?, ?, ?, ?)"
+            f"{d.on_conflict_skip}"
+        )
+        return bool(self._write(lambda w: w.execute(sql, tuple(release))))
 
-    @abc.abstractmethod
     def set_first_week(self, week: str) -> None:
         """Set the first ISO week released (the operator's choice; releases made already stay as they are)."""
+        self._write(lambda w: w.execute("UPDATE release_state SET first_week = ?", (week,)))
 
-    # -- retention and forget (see ._rollup) -----------------------------------------------------------------
-
-    @abc.abstractmethod
     def close_weeks(self, week: str) -> str:
         """Close every week up to ``week``: from the moment this returns, no insert stores a row of one (those
         in flight finished first). Returns the newest closed week (never moves back)."""
 
-    @abc.abstractmethod
+        def work(w: Writer) -> str:
+            self._exclude_inserts(w)
+            w.execute("UPDATE rollup_state SET closed_through = ? WHERE closed_through < ?", (week, week))
+            ((closed,),) = w.query("SELECT closed_through FROM rollup_state")
+            return str(closed)
+
+        return self._write(work)
+
     def save_rollup(self, week: str, totals: RollupTotals, cells: RollupCells) -> bool:
         """Store the numbers of the closed ``week`` -- ``totals``: (app, developers, events, new developers);
         ``cells``: (app, breakdown, value, count) -- and mark it rolled up, in one transaction. ``False`` (and
         nothing written) if it was rolled up already, e.g. by another process."""
+        d = self.dialect
 
-    @abc.abstractmethod
+        def work(w: Writer) -> bool:
+            state = f"SELECT closed_through, rolled_through FROM rollup_state{d.for_update}"  # noqa: S608 - fixed text
+            ((closed, rolled),) = w.query(state)
+            if week <= rolled or week > closed:
+                return False
+            w.executemany(
+                f"{d.insert_new} rollup_weeks (app, week, developers, events, new_developers) "
+                f"VALUES (?, ?, ?, ?, ?){d.on_conflict_skip}",
+                [(app, week, devs, n, first) for app, devs, n, first in totals],
+            )
+            w.executemany(
+                f"{d.insert_new} rollup_cells (app, week, breakdown, value, n) VALUES (?, ?, ?, ?, ?)"
+                f"{d.on_conflict_skip}",
+                [(app, week, name, value, n) for app, name, value, n in cells],
+            )
+            w.execute("UPDATE rollup_state SET rolled_through = ?", (week,))
+            return True
+
+        return self._write(work)
+
     def mark_rolled(self, week: str) -> None:
         """Record that every closed week up to ``week`` is rolled up (the weeks without events have no rows)."""
+        self._write(
+            lambda w: w.execute(
+                "UPDATE rollup_state SET rolled_through = ? WHERE rolled_through < ? AND closed_through >= ?",
+                (week, week, week),
+            )
+        )
 
-    @abc.abstractmethod
     def delete_expired(self, *, through_week: str, before: str, limit: int) -> int:
         """Delete at most ``limit`` events of weeks up to ``through_week`` (rolled up already) whose ``time`` is
         before ``before`` (an event ``time``); return how many (a short transaction each call)."""
+        key = self.dialect.row_key
+        # Only weeks rolled up already: the condition is checked in the deleting transaction itself.
+        sql = (
+            f"DELETE FROM events WHERE {key} IN (SELECT {key} FROM events WHERE week <= ? AND time < ? "  # noqa: S608
+            "AND week <= (SELECT rolled_through FROM rollup_state) LIMIT ?)"
+        )
+        return self._write(lambda w: w.execute(sql, (through_week, before, limit)), quick=False)
 
-    @abc.abstractmethod
     def expire_ids(self, before_week: str) -> None:
         """Delete the ``client_weeks`` rows of rolled-up weeks before ``before_week``, and the ``client_apps``
         rows whose last week is one of them: the retention of client ids, once their events are gone."""
 
-    @abc.abstractmethod
+        def work(w: Writer) -> None:
+            rolled = "(SELECT rolled_through FROM rollup_state)"
+            w.execute(f"DELETE FROM client_weeks WHERE week < ? AND week <= {rolled}", (before_week,))  # noqa: S608
+            w.execute(f"DELETE FROM client_apps WHERE last_week < ? AND last_week <= {rolled}", (before_week,))  # noqa: S608
+
+        self._write(work, quick=False)
+
     def forget(self, client_id: str, *, until: float) -> int:
         """Delete every event, ``client_weeks`` and ``client_apps`` row of ``client_id``; return how many events.
         The roll-ups hold no client id and are not touched.
@@ -461,10 +606,39 @@ class Store(abc.ABC):
         events (counted as :data:`FORGOTTEN`), so the events found next are all there will ever be. Then they are
         deleted in transactions of at most :data:`FORGET_CHUNK` events each, so that ingest waits milliseconds,
         not for the whole deletion."""
+        d = self.dialect
 
-    @abc.abstractmethod
+        def mark(w: Writer) -> list[str]:
+            # The batches before this are stored and will be found below; the batches after it see the mark and
+            # refuse this client's events.
+            self._exclude_inserts(w)
+            w.execute(
+                "INSERT INTO forgotten (digest, until) VALUES (?, ?) "  # noqa: S608 - the dialect's fixed text
+                f"ON CONFLICT (digest) DO UPDATE SET until = {d.later_until}",
+                (forget_digest(self._forget_key(w), client_id), until),
+            )
+            weeks = w.query(f"SELECT week FROM client_weeks WHERE client_id = {d.client_id}", (client_id,))  # noqa: S608
+            return [str(week) for (week,) in weeks]
+
+        deleted = 0
+        for week in sorted(self._write(mark)):
+            after = 0
+            while after >= 0:  # bounded: each step passes FORGET_CHUNK of the week's rows, or ends the week
+                after, n = self._write(
+                    functools.partial(self._forget_step, client_id=client_id, week=week, after=after)
+                )
+                deleted += n
+
+        def rest(w: Writer) -> None:
+            w.execute(f"DELETE FROM client_weeks WHERE client_id = {d.client_id}", (client_id,))  # noqa: S608
+            w.execute(f"DELETE FROM client_apps WHERE client_id = {d.client_id}", (client_id,))  # noqa: S608
+
+        self._write(rest)
+        return deleted
+
     def expire_forgotten(self, now: float) -> int:
         """Delete the ``forgotten`` hashes whose time is past at ``now``; return how many (the roll-up does)."""
+        return self._write(lambda w: w.execute("DELETE FROM forgotten WHERE until < ?", (now,)))
 
     @abc.abstractmethod
     def rollup_lock(self) -> contextlib.AbstractContextManager[bool]:
@@ -517,6 +691,19 @@ def merge_counts(*counts: Mapping[str, int]) -> dict[str, int]:
         for reason, n in one.items():
             out[reason] = out.get(reason, 0) + n
     return {reason: out[reason] for reason in sorted(out) if out[reason]}
+
+
+def refused_here(*, forgotten: int, late: int, over_cap: int) -> dict[str, int]:
+    """:attr:`Inserted.refused` of an insert that refused these rows: reason -> rows, without a reason of none."""
+    return {reason: n for reason, n in ((FORGOTTEN, forgotten), (LATE, late), (OVER_CAP, over_cap)) if n}
+
+
+def newer_schema(display: str, version: int) -> CollectorError:
+    """The error of a database whose schema ``version`` is newer than this code's (:data:`SCHEMA_VERSION`)."""
+    return CollectorError(
+        f"the collector database {display} has schema {version}, newer than this collector's {SCHEMA_VERSION}: "
+        "upgrade spool_reporter"
+    )
 
 
 def without_clients(rows: Sequence[Row], clients: set[str]) -> tuple[Sequence[Row], int]:
