@@ -73,11 +73,13 @@ class Served:
     def _refresh(self) -> None:
         app = self.publishing.app
         try:
-            with self.store.reading(quick=True) as reader:  # a request waits: bounded, as the mark's read is
-                first_week = self.store.first_week(reader)  # the operator may set it at any time: the page names it
-            mark = (self.store.release_mark(app), first_week)
-            if mark != self._mark:
-                releases = self.store.releases(app)
+            # One read, bounded (a request waits for it), one snapshot: the mark, the first week (the operator may
+            # set it at any time: the page names it) and, when they changed, the releases they describe.
+            with self.store.reading(quick=True) as reader:
+                first_week = self.store.first_week(reader)
+                mark = (self.store.release_mark(app, reader), first_week)
+                releases = self.store.releases(app, reader) if mark != self._mark else None
+            if releases is not None:
                 doc = document(releases, self.publishing, first_week=first_week)
                 self._releases, self._doc, self._answers = releases, doc, {}
                 self._mark = mark

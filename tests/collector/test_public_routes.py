@@ -10,6 +10,7 @@ elsewhere (``test_public_page.py``); here only its status and headers.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
@@ -24,6 +25,8 @@ from spool_reporter.collector import CollectorServer, Policy, Publishing, Retent
 from spool_reporter.collector._public import document, releases_csv, releases_json
 from spool_reporter.collector._release import FINAL, PROVISIONAL
 from spool_reporter.collector._report import CSP_HEADER
+from spool_reporter.collector._sqlite import SQLiteStore
+from spool_reporter.collector._store import Reader
 from spool_reporter.collector._wsgi import Collector
 
 from collector.test_collector import batch, det_uuid4, event
@@ -236,6 +239,51 @@ def test_a_request_starts_the_rollup_that_makes_a_due_release(tmp_path: Path, ca
 
 
 # -- headers and methods -------------------------------------------------------------------------------------------
+
+
+class CountingStore(SQLiteStore):
+    """The real SQLite store, counting the snapshots it is asked for."""
+
+    reads = 0
+
+    def reading(self, *, quick: bool = False) -> contextlib.AbstractContextManager[Reader]:
+        self.reads += 1
+        return super().reading(quick=quick)
+
+
+def test_each_check_of_the_public_answers_is_one_read(tmp_path: Path) -> None:
+    """A request that checks the public answers (here every request: ``public_check=0``) reads the database once:
+    one snapshot gives the releases' mark, the first week released and, when they changed, the releases."""
+    store = CountingStore(tmp_path / "c.sqlite3")
+    store.set_first_week(WEEK)
+    clock = Clock(at(monday(WEEK) + datetime.timedelta(days=2)))
+    app = Collector(
+        store,
+        policy=Policy(max_age=MAX_AGE_DAYS * DAY, clock=clock),
+        publishing=PUBLISHING,
+        retention=Retention(retain_days=RETAIN_DAYS, rollup_every=0),
+        public_check=0.0,
+    )
+    server = CollectorServer(app).start()
+    base = server.url.removesuffix("/v1/batch")
+
+    def reads_of_get() -> tuple[int, bytes]:
+        store.reads = 0
+        response = HTTP.request("GET", base + "/v1/stats")
+        assert response.status == 200, response.data[:200]
+        return store.reads, response.data
+
+    try:
+        reads, before = reads_of_get()  # the first check: everything is read
+        assert reads == 1
+        assert reads_of_get() == (1, before)  # nothing changed: the mark says so
+        clock.now = at(monday(WEEK) + datetime.timedelta(days=7), 1.0)
+        assert [(r.period, r.kind) for r in app.rollup().released] == [(WEEK, PROVISIONAL)]
+        reads, after = reads_of_get()  # a release was added: read in the same snapshot as the mark
+        assert reads == 1
+        assert [w["week"] for w in json.loads(after)["weeks"]] == [WEEK]
+    finally:
+        server.stop()
 
 
 def test_headers(served: Public) -> None:
