@@ -25,7 +25,7 @@ from spool_reporter._words import counted
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
-    from types import FrameType
+    from types import FrameType, TracebackType
     from typing import Any, Final
 
     from ._release import Publishing
@@ -471,25 +471,44 @@ def _signals_stop(stop: Callable[[], None]) -> Iterator[None]:
             signal.signal(sig, old)
 
 
+class _Failure:
+    """A ``with`` block of a command whose :class:`~._store.CollectorError` (a database that cannot be opened, read
+    or written) is the command's error line: printed, then :attr:`failed`, and the command exits 1. Entered as
+    ``with failure, contextlib.closing(open_store(...)) as store:``, it also takes the error of the opening."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.failed = False
+
+    def __enter__(self) -> _Failure:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
+        from ._store import CollectorError
+
+        if not isinstance(exc, CollectorError):
+            return False
+        print_error(self.args.collector_prog, f"{exc}")
+        self.failed = True
+        return True
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from . import CollectorError, open_store
+    from . import open_store
 
     db = _db(args)
     if db is None:
         return EXIT_USAGE
-    try:
+    failure = _Failure(args)
+    with failure:
         before = _existing_version(db)
-        store = open_store(db, create=True)
-        try:
+        with contextlib.closing(open_store(db, create=True)) as store:
             after = store.schema_version()
             where = store.display
             if args.first_week:
                 store.set_first_week(args.first_week)
             first = store.first_week()
-        finally:
-            store.close()
-    except CollectorError as exc:
-        print_error(args.collector_prog, f"{exc}")
+    if failure.failed:
         return 1
     if before == after:
         print(f"{where}: schema {after}, up to date")
@@ -518,16 +537,13 @@ def cmd_rollup(args: argparse.Namespace) -> int:
     except CollectorError as exc:
         print_error(args.collector_prog, f"{exc}")
         return EXIT_USAGE
-    try:
-        store = open_store(db, create=True)  # the roll-up tables are schema 3: migrate an older database
-        try:
-            publishing = Publishing(epsilon=args.epsilon)
-            done = rollup(store, now=time.time(), max_age=accept.max_age, retention=keep, publishing=publishing)
-            where = store.display
-        finally:
-            store.close()
-    except CollectorError as exc:
-        print_error(args.collector_prog, f"{exc}")
+    failure = _Failure(args)
+    # create: the roll-up tables are schema 3, so an older database is migrated
+    with failure, contextlib.closing(open_store(db, create=True)) as store:
+        publishing = Publishing(epsilon=args.epsilon)
+        done = rollup(store, now=time.time(), max_age=accept.max_age, retention=keep, publishing=publishing)
+        where = store.display
+    if failure.failed:
         return 1
     if not done.ran:
         print(f"{where}: another process is rolling up; nothing done here")
@@ -642,7 +658,7 @@ def _write_page(args: argparse.Namespace, path: Path, text: str) -> bool:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from . import CollectorError, open_store, public, render_html, stats
+    from . import open_store, public, render_html, stats
     from ._report import render_public
     from ._stats import apps
 
@@ -650,10 +666,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if db is None:
         return EXIT_USAGE
     if args.public:
-        try:
+        failure = _Failure(args)
+        with failure:
             doc = public(db, publishing=_publishing(args)._replace(app=args.app))
-        except CollectorError as exc:
-            print_error(args.collector_prog, f"{exc}")
+        if failure.failed:
             return 1
         if args.html is not None and not _write_page(args, args.html, render_public(doc)):
             return 1
@@ -661,16 +677,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
         if args.html is not None and not args.json:
             print(f"page written to {args.html}")
         return 0
-    try:
-        store = open_store(db, create=False)
-        try:
-            full = stats(store, app=args.app)
-            others = {} if full.events else {k: v for k, v in apps(store).items() if k != args.app}
-            where = store.display
-        finally:
-            store.close()
-    except CollectorError as exc:
-        print_error(args.collector_prog, f"{exc}")
+    failure = _Failure(args)
+    with failure, contextlib.closing(open_store(db, create=False)) as store:
+        full = stats(store, app=args.app)
+        others = {} if full.events else {k: v for k, v in apps(store).items() if k != args.app}
+        where = store.display
+    if failure.failed:
         return 1
     result = full
     if args.html is not None and not _write_page(args, args.html, render_html(result)):

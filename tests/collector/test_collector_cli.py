@@ -109,8 +109,9 @@ def test_failures_name_the_command_typed(sandbox: Sandbox, prog: str, tmp_path: 
     open_store(real).close()
     cases = [
         (("stats", "--db", str(missing)), f"{prog} stats: no collector database at {missing}"),
-        (("migrate", "--db", str(tmp_path)), f"{prog} migrate: "),
-        (("rollup", "--db", str(tmp_path)), f"{prog} rollup: "),
+        (("migrate", "--db", str(tmp_path)), f"{prog} migrate: cannot open the collector database {tmp_path}: not a "),
+        (("rollup", "--db", str(tmp_path)), f"{prog} rollup: cannot open the collector database {tmp_path}: not a "),
+        (("stats", "--public", "--db", str(missing)), f"{prog} stats: no collector database at {missing}"),
         (("stats", "--db", str(real), "--html", str(tmp_path / "no" / "page.html")), f"{prog} stats: cannot write "),
     ]
     for args, said in cases:
