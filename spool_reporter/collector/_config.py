@@ -38,13 +38,21 @@ else:
     from typing import NamedTuple
 
 DB_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_DB"
+"""``--db`` in the environment."""
 MAX_AGE_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_MAX_AGE_DAYS"
+"""``--max-age-days`` in the environment."""
 CAP_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_CLIENT_CAP"
+"""``--max-per-client-week`` in the environment."""
 COMMANDS_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_COMMANDS"
+"""``--commands`` in the environment (values separated by ``;``)."""
 RETAIN_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_RETAIN_DAYS"
+"""``--retain-days`` in the environment."""
 ROLLUP_EVERY_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_ROLLUP_EVERY"
+"""``--rollup-every`` in the environment."""
 EPSILON_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_EPSILON"
+"""``--epsilon`` in the environment."""
 LICENCE_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_DATA_LICENSE"
+"""``--data-license`` in the environment."""
 
 MAX_AGE_DAYS_LIMIT: Final = 3660
 """The largest ``--max-age-days`` (ten years): anything more is a typo."""

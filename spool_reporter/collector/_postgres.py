@@ -48,22 +48,6 @@ import threading
 import time
 
 from . import _store
-from ._store import (
-    COLUMNS,
-    FORGET_CHUNK,
-    LOCK_WAIT_S,
-    REQUEST_WAIT_S,
-    SCHEMA_VERSION,
-    CollectorError,
-    Dialect,
-    Inserted,
-    Limits,
-    Reader,
-    Store,
-    StoreClosed,
-    Unavailable,
-    Writer,
-)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -93,7 +77,7 @@ RECONNECT_TIMEOUT_S: Final = 10.0
 """How long the pool retries (backing off from 1 s) to replace a connection before it gives up until the next
 request asks: bounds how long a database that came back waits for the pool to notice."""
 
-LOCK_TIMEOUT_MS: Final = int(LOCK_WAIT_S * 1000)
+LOCK_TIMEOUT_MS: Final = int(_store.LOCK_WAIT_S * 1000)
 """``lock_timeout``: how long a statement waits for a lock (a batch for another batch of the same client, a
 few ms each), as SQLite's busy timeout."""
 
@@ -123,7 +107,7 @@ _TYPES: Final = {"event_id": "uuid", "client_id": "uuid"}
 MIGRATIONS: Final = {
     1: (
         "CREATE TABLE IF NOT EXISTS events ("
-        + ", ".join(f"{c} {_TYPES.get(c, 'text')} NOT NULL" for c in COLUMNS)
+        + ", ".join(f"{c} {_TYPES.get(c, 'text')} NOT NULL" for c in _store.COLUMNS)
         + ", PRIMARY KEY (event_id))",
     ),
     2: (
@@ -181,15 +165,15 @@ MIGRATIONS: Final = {
     ),
 }
 """Schema version -> the statements that reach it from the one before."""
-assert max(MIGRATIONS) == SCHEMA_VERSION
+assert max(MIGRATIONS) == _store.SCHEMA_VERSION
 
 # Parameters travel as one text value each -- a comma-separated list (uuids and ISO weeks hold no comma), or
 # the batch as JSON -- not as arrays: psycopg quotes every element of a text array in Python, which cost
 # more than the rest of the insert together (benchmarks/bench_collector.py).
 _PAIRS: Final = "unnest(string_to_array(%s, ','), string_to_array(%s, ','))"
 _INSERT: Final = (
-    f"INSERT INTO events ({', '.join(COLUMNS)}) "  # noqa: S608 - fixed names
-    f"SELECT {', '.join('left(time, 10)' if c == 'time' else c for c in COLUMNS)} "  # the day only
+    f"INSERT INTO events ({', '.join(_store.COLUMNS)}) "  # noqa: S608 - fixed names
+    f"SELECT {', '.join('left(time, 10)' if c == 'time' else c for c in _store.COLUMNS)} "  # the day only
     "FROM json_populate_recordset(NULL::events, %s::json) "
     "ON CONFLICT (event_id) DO NOTHING"
 )
@@ -231,7 +215,7 @@ def _psycopg() -> Any:
         import psycopg
     except ImportError as exc:
         msg = "a postgresql:// database needs psycopg 3: pip install 'spool_reporter[collector]'"
-        raise CollectorError(msg) from exc
+        raise _store.CollectorError(msg) from exc
     return psycopg
 
 
@@ -242,7 +226,7 @@ def _pool_class() -> type[ConnectionPool[Any]]:
         import psycopg_pool
     except ImportError as exc:
         msg = "a postgresql:// database needs psycopg_pool: pip install 'spool_reporter[collector]'"
-        raise CollectorError(msg) from exc
+        raise _store.CollectorError(msg) from exc
 
     class Pool(psycopg_pool.ConnectionPool):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -269,7 +253,7 @@ def _one(cur: psycopg.Cursor[Any], sql: str, params: tuple[object, ...] = ()) ->
     row = cur.execute(sql, params).fetchone()
     if row is None:  # pragma: no cover - rollup_state has its one row from the migration on
         msg = f"no row from {sql.split(maxsplit=1)[0]}"
-        raise CollectorError(msg)
+        raise _store.CollectorError(msg)
     return tuple(row)
 
 
@@ -343,7 +327,7 @@ def _shut(fd: int) -> None:
 _WATCHDOG: Final = _Watchdog()
 
 
-class PostgresStore(Store):
+class PostgresStore(_store.Store):
     """The events database at the PostgreSQL URL ``url``.
 
     :param url: a libpq connection URL (``postgresql://user@host:port/dbname``, ``?host=/run/postgresql``).
@@ -354,10 +338,10 @@ class PostgresStore(Store):
 
     kind = "postgresql"
 
-    def __init__(self, url: str, *, create: bool = True, limits: Limits | None = None) -> None:
+    def __init__(self, url: str, *, create: bool = True, limits: _store.Limits | None = None) -> None:
         self.url = url
         self.display = _store.redact(url)
-        self.limits = limits or Limits()
+        self.limits = limits or _store.Limits()
         self._pg: Any = _psycopg()
         self._pool_class = _pool_class()
         self._lock = threading.Lock()
@@ -373,16 +357,16 @@ class PostgresStore(Store):
                 if create:
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK,))
                 version = self._version(conn)
-                if version > SCHEMA_VERSION:
+                if version > _store.SCHEMA_VERSION:
                     raise _store.newer_schema(self.display, version)
                 if create:
                     self._migrate(conn, version)
                 elif version == 0:
                     msg = f"{self.display} has no collector tables (run `collector migrate --db ...` or serve once)"
-                    raise CollectorError(msg)
+                    raise _store.CollectorError(msg)
         except self._pg.Error as exc:
             msg = f"cannot open the collector database {self.display}: {_first_line(exc)}"
-            raise CollectorError(msg) from exc
+            raise _store.CollectorError(msg) from exc
         finally:
             conn.close()
 
@@ -392,16 +376,13 @@ class PostgresStore(Store):
             conn: psycopg.Connection[Any] = self._pg.connect(self.url, **_CONNECT_KWARGS)
         except self._pg.Error as exc:  # OperationalError, ProgrammingError (a malformed URL)
             msg = f"cannot connect to the collector database {self.display}: {_first_line(exc)}"
-            raise Unavailable(msg) from exc
-        try:
-            _configure(conn)
-        except self._pg.Error as exc:
-            conn.close()
-            msg = f"cannot use the collector database {self.display}: {_first_line(exc)}"
-            raise Unavailable(msg) from exc
-        except BaseException:
-            conn.close()
-            raise
+            raise _store.Unavailable(msg) from exc
+        with _store.closed_on_failure(conn):
+            try:
+                _configure(conn)
+            except self._pg.Error as exc:
+                msg = f"cannot use the collector database {self.display}: {_first_line(exc)}"
+                raise _store.Unavailable(msg) from exc
         return conn
 
     @staticmethod
@@ -415,14 +396,14 @@ class PostgresStore(Store):
 
     @staticmethod
     def _migrate(conn: psycopg.Connection[Any], version: int) -> None:
-        for target in range(version + 1, SCHEMA_VERSION + 1):
+        for target in range(version + 1, _store.SCHEMA_VERSION + 1):
             for statement in MIGRATIONS[target]:
                 conn.execute(statement)
         conn.execute("UPDATE release_state SET first_week = %s WHERE first_week = ''", (_store.this_week(time.time()),))
         conn.execute("UPDATE forget_key SET key = %s WHERE key = ''", (secrets.token_hex(32),))
         conn.execute("CREATE TABLE IF NOT EXISTS spool_reporter_schema (version integer NOT NULL)")
         conn.execute("DELETE FROM spool_reporter_schema")
-        conn.execute("INSERT INTO spool_reporter_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
+        conn.execute("INSERT INTO spool_reporter_schema (version) VALUES (%s)", (_store.SCHEMA_VERSION,))
 
     def schema_version(self) -> int:
         return self._run(self._version)
@@ -438,7 +419,7 @@ class PostgresStore(Store):
         with self._lock:
             if self._closed:  # e.g. a roll-up thread still running when the application shut down
                 msg = f"the collector database {self.display} is closed"
-                raise StoreClosed(msg)
+                raise _store.StoreClosed(msg)
             pool = self._pool
             if pool is None or pool.pid != os.getpid():  # type: ignore[attr-defined]  # (a fork os.fork did not see)
                 pool = self._pool = self._pool_class(
@@ -471,11 +452,11 @@ class PostgresStore(Store):
             conn = pool.getconn()
         except psycopg_pool.PoolClosed as exc:  # closed by close() since _connections() returned it
             msg = f"the collector database {self.display} is closed"
-            raise StoreClosed(msg) from exc
+            raise _store.StoreClosed(msg) from exc
         except psycopg_pool.PoolTimeout as exc:
             msg = f"the collector database {self.display} is unavailable: no connection within {CONNECT_TIMEOUT_S} s"
-            raise Unavailable(msg) from exc
-        token = _WATCHDOG.watch(conn.pgconn.socket, REQUEST_WAIT_S) if quick else 0
+            raise _store.Unavailable(msg) from exc
+        token = _WATCHDOG.watch(conn.pgconn.socket, _store.REQUEST_WAIT_S) if quick else 0
         try:
             yield conn
         except BaseException as exc:
@@ -485,8 +466,8 @@ class PostgresStore(Store):
                     conn.close()  # its socket is shut: the pool discards it
             pool.putconn(conn)  # rolled back already (conn.transaction()); a broken one is discarded
             if killed:
-                msg = f"the collector database {self.display} did not answer within {REQUEST_WAIT_S:g} s"
-                raise Unavailable(msg) from exc
+                msg = f"the collector database {self.display} did not answer within {_store.REQUEST_WAIT_S:g} s"
+                raise _store.Unavailable(msg) from exc
             raise
         if token and _WATCHDOG.done(token):  # shut just as the work ended: never pooled again
             with contextlib.suppress(Exception):
@@ -501,13 +482,13 @@ class PostgresStore(Store):
                 return work(conn)
         except transient as exc:
             msg = f"the collector database {self.display} is unavailable: {_first_line(exc)}"
-            raise Unavailable(msg) from exc
+            raise _store.Unavailable(msg) from exc
 
     # -- writing --------------------------------------------------------------------------------------------
 
     def _insert_batch(
         self, rows: Sequence[Row], want_new: bool, refused: dict[str, int], now: float | None
-    ) -> Inserted:
+    ) -> _store.Inserted:
         return self._run(lambda conn: self._insert(conn, rows, want_new, refused, now))
 
     def _insert(
@@ -517,7 +498,7 @@ class PostgresStore(Store):
         want_new: bool,
         refused: dict[str, int],
         now: float | None,
-    ) -> Inserted:
+    ) -> _store.Inserted:
         cap = self.limits.per_client_week
         kept: list[Row] = []
         added = limited = late = gone = 0
@@ -528,7 +509,7 @@ class PostgresStore(Store):
                 # The same lock keeps a forget's mark and this batch apart: a forget marked before this point is
                 # seen below, and a forget marking after it waits for this transaction, then finds its rows.
                 cur.execute("SELECT pg_advisory_xact_lock_shared(%s)", (CLOSING_LOCK,))
-                digests = _store.client_digests(rows, self._forget_key(Writer(cur, pyformat=True)))
+                digests = _store.client_digests(rows, self._forget_key(_store.Writer(cur, pyformat=True)))
                 closed, marked = _one(cur, _BATCH_STATE, (",".join(sorted(digests)),))
                 rows, gone = _store.without_clients(rows, {digests[d] for d in marked or ()})
                 if closed and any(row.week <= closed for row in rows):
@@ -547,7 +528,9 @@ class PostgresStore(Store):
                 new, groups = _store.group_new(rows, known)
                 kept, taken, limited = _store.apply_cap(new, groups, used, cap)
                 if kept:
-                    batch = json.dumps([dict(zip(COLUMNS, row, strict=True)) for row in kept], separators=(",", ":"))
+                    batch = json.dumps(
+                        [dict(zip(_store.COLUMNS, row, strict=True)) for row in kept], separators=(",", ":")
+                    )
                     added = cur.execute(_INSERT, (batch,)).rowcount
                     items = sorted(taken.items())
                     columns = (",".join(k[0] for k, _ in items), ",".join(k[1] for k, _ in items))
@@ -559,11 +542,11 @@ class PostgresStore(Store):
             if counted:
                 week = _store.this_week(time.time() if now is None else now)
                 cur.executemany(_ADD_REFUSAL, sorted((week, reason, n) for reason, n in counted.items()))
-        return Inserted(added, kept if want_new else [], mine)
+        return _store.Inserted(added, kept if want_new else [], mine)
 
     # -- retention and forget: the statements are the base class's --------------------------------------------
 
-    dialect = Dialect(
+    dialect = _store.Dialect(
         insert_new="INSERT INTO",
         on_conflict_skip=" ON CONFLICT DO NOTHING",
         row_key="event_id",
@@ -572,30 +555,30 @@ class PostgresStore(Store):
         for_update=" FOR UPDATE",
     )
 
-    def _write(self, work: Callable[[Writer], _T], *, quick: bool = True) -> _T:
+    def _write(self, work: Callable[[_store.Writer], _T], *, quick: bool = True) -> _T:
         """``work(writer)`` in one transaction; unless ``quick``, without a statement timeout or the watchdog."""
 
         def run(conn: psycopg.Connection[Any]) -> _T:
             with conn.transaction(), conn.cursor() as cur:
                 if not quick:
                     cur.execute("SET LOCAL statement_timeout = 0")
-                return work(Writer(cur, pyformat=True))
+                return work(_store.Writer(cur, pyformat=True))
 
         return self._run(run, quick=quick)
 
-    def _exclude_inserts(self, w: Writer) -> None:
+    def _exclude_inserts(self, w: _store.Writer) -> None:
         # Exclusive, where every insert takes it shared (see _insert); held for this short transaction only.
         w.execute("SELECT pg_advisory_xact_lock(?)", (CLOSING_LOCK,))
 
-    def _forget_step(self, w: Writer, *, client_id: str, week: str, after: int) -> tuple[int, int]:
+    def _forget_step(self, w: _store.Writer, *, client_id: str, week: str, after: int) -> tuple[int, int]:
         # Through the index on (week, client_id): each transaction finds its rows at once, and deletes them; the
         # next step starts from the beginning again, until one finds fewer than a chunk (`after` is unused).
         n = w.execute(
             "DELETE FROM events WHERE ctid = ANY(ARRAY("
             "SELECT ctid FROM events WHERE week = ? AND client_id = ?::uuid LIMIT ?))",
-            (week, client_id, FORGET_CHUNK),
+            (week, client_id, _store.FORGET_CHUNK),
         )
-        return (-1 if n < FORGET_CHUNK else 0), n
+        return (-1 if n < _store.FORGET_CHUNK else 0), n
 
     @contextlib.contextmanager
     def _rollup_lock(self) -> Iterator[bool]:
@@ -621,7 +604,7 @@ class PostgresStore(Store):
     # -- reading --------------------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _reading(self, quick: bool) -> Iterator[Reader]:
+    def _reading(self, quick: bool) -> Iterator[_store.Reader]:
         try:
             with self._borrow(quick) as conn, conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")  # one snapshot
@@ -631,14 +614,14 @@ class PostgresStore(Store):
                 def run(sql: str, params: Sequence[object]) -> list[tuple[object, ...]]:
                     return list(conn.execute(sql.replace("?", "%s"), tuple(params)))
 
-                yield Reader(run)
+                yield _store.Reader(run)
         except self._pg.Error as exc:
             msg = f"cannot read the collector database {self.display}: {_first_line(exc)}"
             if isinstance(exc, self._pg.OperationalError):
-                raise Unavailable(msg) from exc
-            raise CollectorError(msg) from exc
+                raise _store.Unavailable(msg) from exc
+            raise _store.CollectorError(msg) from exc
 
-    def reading(self, *, quick: bool = False) -> contextlib.AbstractContextManager[Reader]:
+    def reading(self, *, quick: bool = False) -> contextlib.AbstractContextManager[_store.Reader]:
         return self._reading(quick)
 
     def close(self) -> None:

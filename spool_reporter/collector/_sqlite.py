@@ -41,21 +41,6 @@ import threading
 import time
 
 from . import _store
-from ._store import (
-    COLUMNS,
-    FORGET_CHUNK,
-    LOCK_WAIT_S,
-    SCHEMA_VERSION,
-    CollectorError,
-    Dialect,
-    Inserted,
-    Limits,
-    Reader,
-    Store,
-    StoreClosed,
-    Unavailable,
-    Writer,
-)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -66,7 +51,7 @@ if TYPE_CHECKING:
 
     _T = TypeVar("_T")
 
-BUSY_TIMEOUT_MS: Final = int(LOCK_WAIT_S * 1000)
+BUSY_TIMEOUT_MS: Final = int(_store.LOCK_WAIT_S * 1000)
 """How long a writer waits for another process's write transaction (ours last milliseconds), and a thread for
 this process's writer: beyond it the request is answered ``503``."""
 
@@ -154,11 +139,11 @@ MIGRATIONS: Final = {
     ),
 }
 """Schema version -> the statements that reach it from the one before (``PRAGMA user_version`` records it)."""
-assert max(MIGRATIONS) == SCHEMA_VERSION
+assert max(MIGRATIONS) == _store.SCHEMA_VERSION
 
 _INSERT: Final = (
-    f"INSERT OR IGNORE INTO events ({', '.join(COLUMNS)}) "  # noqa: S608 - fixed column names
-    f"VALUES ({', '.join('substr(?, 1, 10)' if c == 'time' else '?' for c in COLUMNS)})"  # the day only
+    f"INSERT OR IGNORE INTO events ({', '.join(_store.COLUMNS)}) "  # noqa: S608 - fixed column names
+    f"VALUES ({', '.join('substr(?, 1, 10)' if c == 'time' else '?' for c in _store.COLUMNS)})"  # the day only
 )
 _ADD_CLIENT_WEEK: Final = (
     "INSERT INTO client_weeks (client_id, week, n) VALUES (?, ?, ?) "
@@ -208,13 +193,10 @@ def _create_private(path: str) -> None:
 def connect(path: str) -> sqlite3.Connection:
     """A connection in autocommit mode (we write ``BEGIN``/``COMMIT`` ourselves) with our pragmas."""
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
-    try:
+    with _store.closed_on_failure(conn):  # e.g. "file is not a database"
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         # FULL: every commit is on disk before the 2xx (see the module docstring).
         conn.execute("PRAGMA synchronous = FULL")
-    except BaseException:
-        conn.close()  # e.g. "file is not a database": never leave the connection to the garbage collector
-        raise
     return conn
 
 
@@ -270,8 +252,8 @@ def _wal(conn: sqlite3.Connection) -> None:
         pause = min(pause * 2, 0.05)
 
 
-def _unavailable(exc: sqlite3.Error, path: str) -> Unavailable:
-    return Unavailable(f"the collector database {path} is unavailable: {exc}")
+def _unavailable(exc: sqlite3.Error, path: str) -> _store.Unavailable:
+    return _store.Unavailable(f"the collector database {path} is unavailable: {exc}")
 
 
 class _Job:
@@ -283,11 +265,11 @@ class _Job:
         self.rows, self.want_new, self.refused, self.now = rows, want_new, refused, now
         self.done = False
         self.finished = threading.Event()
-        self.result: Inserted | None = None
+        self.result: _store.Inserted | None = None
         self.error: BaseException | None = None
 
 
-class SQLiteStore(Store):
+class SQLiteStore(_store.Store):
     """The events database in the SQLite file ``path``.
 
     :param path: the SQLite file (created ``0600``, with its tables, if ``create`` is true).
@@ -298,23 +280,25 @@ class SQLiteStore(Store):
 
     kind = "sqlite"
 
-    def __init__(self, path: str | os.PathLike[str], *, create: bool = True, limits: Limits | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, create: bool = True, limits: _store.Limits | None = None
+    ) -> None:
         self.path = os.fspath(path)
         self.display = self.path
-        self.limits = limits or Limits()
+        self.limits = limits or _store.Limits()
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             st = None
         except OSError as exc:
             msg = f"cannot open the collector database {self.path}: {exc.strerror or exc}"
-            raise CollectorError(msg) from exc
+            raise _store.CollectorError(msg) from exc
         if st is not None and not stat.S_ISREG(st.st_mode):
             msg = f"cannot open the collector database {self.path}: not a regular file"
-            raise CollectorError(msg)
+            raise _store.CollectorError(msg)
         if st is None and not create:
             msg = f"no collector database at {self.path}"
-            raise CollectorError(msg)
+            raise _store.CollectorError(msg)
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._writer: sqlite3.Connection | None = None
@@ -329,23 +313,20 @@ class SQLiteStore(Store):
             conn = connect(self.path)
         except (OSError, sqlite3.Error) as exc:
             msg = f"cannot open the collector database {self.path}: {getattr(exc, 'strerror', None) or exc}"
-            raise CollectorError(msg) from exc
-        try:
-            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-            if version > SCHEMA_VERSION:
-                raise _store.newer_schema(self.path, version)
-            if create:
-                self._migrate(conn)
-            elif version == 0 and not self._has_events(conn):
-                msg = f"{self.path} is not a collector database"
-                raise CollectorError(msg)
-        except sqlite3.Error as exc:
-            conn.close()
-            msg = f"cannot open the collector database {self.path}: {exc}"
-            raise CollectorError(msg) from exc
-        except BaseException:
-            conn.close()
-            raise
+            raise _store.CollectorError(msg) from exc
+        with _store.closed_on_failure(conn):
+            try:
+                version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+                if version > _store.SCHEMA_VERSION:
+                    raise _store.newer_schema(self.path, version)
+                if create:
+                    self._migrate(conn)
+                elif version == 0 and not self._has_events(conn):
+                    msg = f"{self.path} is not a collector database"
+                    raise _store.CollectorError(msg)
+            except sqlite3.Error as exc:
+                msg = f"cannot open the collector database {self.path}: {exc}"
+                raise _store.CollectorError(msg) from exc
         self._put(conn)
 
     @staticmethod
@@ -361,14 +342,14 @@ class SQLiteStore(Store):
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
             if version == 0 and self._has_events(conn):
                 version = 1  # written before versions were recorded: the same table
-            for target in range(version + 1, SCHEMA_VERSION + 1):
+            for target in range(version + 1, _store.SCHEMA_VERSION + 1):
                 for statement in MIGRATIONS[target]:
                     conn.execute(statement)
             conn.execute(
                 "UPDATE release_state SET first_week = ? WHERE first_week = ''", (_store.this_week(time.time()),)
             )
             conn.execute("UPDATE forget_key SET key = ? WHERE key = ''", (secrets.token_hex(32),))
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute(f"PRAGMA user_version = {_store.SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -400,7 +381,7 @@ class SQLiteStore(Store):
     def _forked(self) -> None:
         if self._closed:  # e.g. a roll-up thread still running when the application shut down
             msg = f"the collector database {self.path} is closed"
-            raise StoreClosed(msg)
+            raise _store.StoreClosed(msg)
         if self._pid != os.getpid():  # forked: the parent's connections are not ours to use
             self._pool, self._writer, self._pid = [], None, os.getpid()
 
@@ -438,13 +419,13 @@ class SQLiteStore(Store):
 
     def _insert_batch(
         self, rows: Sequence[Row], want_new: bool, refused: dict[str, int], now: float | None
-    ) -> Inserted:
+    ) -> _store.Inserted:
         # Group commit: every batch waiting for the writer when it frees up goes into the next transaction,
         # so that one fsync (synchronous=FULL) covers them all; each caller returns once that COMMIT did.
         job = _Job(rows, want_new, refused, now)
         with self._lock:
             self._pending.append(job)
-        deadline = time.monotonic() + LOCK_WAIT_S
+        deadline = time.monotonic() + _store.LOCK_WAIT_S
         while True:  # bounded by the deadline
             # Short waits: another writer (a forget's chunks, a roll-up) may commit this job for us, then take the
             # lock again at once (a lock is not fair): the job is done, and waiting on for the lock would be wrong.
@@ -471,8 +452,8 @@ class SQLiteStore(Store):
         assert job.result is not None
         return job.result
 
-    def _busy(self) -> Unavailable:
-        return Unavailable(f"the collector database {self.path} is unavailable: its writer stayed busy")
+    def _busy(self) -> _store.Unavailable:
+        return _store.Unavailable(f"the collector database {self.path} is unavailable: its writer stayed busy")
 
     def _commit_pending(self) -> None:
         """Under the write lock: commit every batch waiting for it, in one transaction (a group commit)."""
@@ -484,7 +465,7 @@ class SQLiteStore(Store):
     def _commit_group(self, jobs: list[_Job]) -> None:
         """Under the write lock: run ``jobs`` in one transaction; each gets its result or the exception."""
         error: BaseException | None = None
-        results: list[Inserted] = []
+        results: list[_store.Inserted] = []
         try:
             results = self._in_transaction(lambda conn: [self._insert(conn, job) for job in jobs])
         except BaseException as exc:  # handed to every caller of the group, re-raised there
@@ -525,11 +506,11 @@ class SQLiteStore(Store):
         with contextlib.suppress(sqlite3.Error):
             conn.close()
 
-    def _insert(self, conn: sqlite3.Connection, job: _Job) -> Inserted:
+    def _insert(self, conn: sqlite3.Connection, job: _Job) -> _store.Inserted:
         """One batch, inside the group's write transaction (so no other writer can add rows meanwhile)."""
         cap = self.limits.per_client_week
         rows, refused = job.rows, job.refused
-        digests = _store.client_digests(rows, self._forget_key(Writer(conn)))
+        digests = _store.client_digests(rows, self._forget_key(_store.Writer(conn)))
         rows, gone = _store.without_clients(rows, {digests[d] for d in _forgotten(conn, sorted(digests))})
         ids = list({row.event_id for row in rows})
         known: set[str] = set()
@@ -562,11 +543,11 @@ class SQLiteStore(Store):
         if counted:
             week = _store.this_week(time.time() if job.now is None else job.now)
             conn.executemany(_ADD_REFUSAL, sorted((week, reason, n) for reason, n in counted.items()))
-        return Inserted(len(kept), kept if job.want_new else [], mine)
+        return _store.Inserted(len(kept), kept if job.want_new else [], mine)
 
     # -- retention and forget: the statements are the base class's --------------------------------------------
 
-    dialect = Dialect(
+    dialect = _store.Dialect(
         insert_new="INSERT OR IGNORE INTO",
         on_conflict_skip="",
         row_key="rowid",
@@ -575,25 +556,25 @@ class SQLiteStore(Store):
         for_update="",  # the write transaction holds the whole file
     )
 
-    def _write(self, work: Callable[[Writer], _T], *, quick: bool = True) -> _T:
+    def _write(self, work: Callable[[_store.Writer], _T], *, quick: bool = True) -> _T:
         """``work(writer)`` in one write transaction on the writing connection (batches wait meanwhile). ``quick``
         changes nothing: every write waits for the write lock at most :data:`~._store.LOCK_WAIT_S`, and a
         statement then runs as long as it needs."""
-        if not self._write_lock.acquire(timeout=LOCK_WAIT_S):
+        if not self._write_lock.acquire(timeout=_store.LOCK_WAIT_S):
             raise self._busy()
         try:
             # The batches that waited for the lock go first, in their own transaction: a batch waits for one other
             # transaction at most, even behind a forget or a roll-up that takes the lock again at once (a lock is
             # not fair: without this, a forget's chunks in a row starved ingest for 150 ms at p99).
             self._commit_pending()
-            return self._in_transaction(lambda conn: work(Writer(conn)))
+            return self._in_transaction(lambda conn: work(_store.Writer(conn)))
         finally:
             self._write_lock.release()
 
-    def _exclude_inserts(self, w: Writer) -> None:
+    def _exclude_inserts(self, w: _store.Writer) -> None:
         pass  # every insert runs under the write lock, in a write transaction (BEGIN IMMEDIATE) as this one
 
-    def _forget_step(self, w: Writer, *, client_id: str, week: str, after: int) -> tuple[int, int]:
+    def _forget_step(self, w: _store.Writer, *, client_id: str, week: str, after: int) -> tuple[int, int]:
         """Delete ``client_id``'s events among the next :data:`~._store.FORGET_CHUNK` rows of ``week`` after rowid
         ``after`` (through the index on week, in rowid order); return (the last rowid examined, or -1 once the week
         is done; the events deleted). There is no index by client id: it would cost every insert ~19 %
@@ -602,7 +583,7 @@ class SQLiteStore(Store):
             "SELECT max(rowid), group_concat(CASE WHEN client_id = ? THEN rowid END) FROM ("
             " SELECT rowid, client_id FROM events INDEXED BY events_week WHERE week = ? AND rowid > ?"
             " ORDER BY rowid LIMIT ?)",
-            (client_id, week, after, FORGET_CHUNK),
+            (client_id, week, after, _store.FORGET_CHUNK),
         )
         if last is None:
             return -1, 0
@@ -618,7 +599,7 @@ class SQLiteStore(Store):
     @contextlib.contextmanager
     def _lease(self) -> Iterator[bool]:
         # Across processes on one file: a lease in the database, which a killed holder gives up by expiring.
-        def take(w: Writer) -> bool:
+        def take(w: _store.Writer) -> bool:
             now = time.time()
             return bool(
                 w.execute("UPDATE rollup_state SET lease_until = ? WHERE lease_until < ?", (now + LEASE_S, now))
@@ -629,7 +610,7 @@ class SQLiteStore(Store):
             yield held
         finally:
             if held:
-                with contextlib.suppress(CollectorError, sqlite3.Error):
+                with contextlib.suppress(_store.CollectorError, sqlite3.Error):
                     self._write(lambda w: w.execute("UPDATE rollup_state SET lease_until = 0"))
 
     def rollup_lock(self) -> contextlib.AbstractContextManager[bool]:
@@ -638,22 +619,22 @@ class SQLiteStore(Store):
     # -- reading --------------------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _reading(self) -> Iterator[Reader]:
+    def _reading(self) -> Iterator[_store.Reader]:
         # A reader never waits for a writer in WAL mode: `quick` needs nothing more here.
         try:
             with self._connection() as conn:
                 conn.execute("BEGIN")  # one snapshot for every query of the block
                 try:
-                    yield Reader(lambda sql, params: list(conn.execute(sql, tuple(params))))
+                    yield _store.Reader(lambda sql, params: list(conn.execute(sql, tuple(params))))
                 finally:
                     conn.execute("COMMIT")
         except sqlite3.Error as exc:
             msg = f"cannot read the collector database {self.path}: {exc}"
             if operational(exc):
-                raise Unavailable(msg) from exc
-            raise CollectorError(msg) from exc
+                raise _store.Unavailable(msg) from exc
+            raise _store.CollectorError(msg) from exc
 
-    def reading(self, *, quick: bool = False) -> contextlib.AbstractContextManager[Reader]:
+    def reading(self, *, quick: bool = False) -> contextlib.AbstractContextManager[_store.Reader]:
         return self._reading()
 
     def close(self) -> None:

@@ -63,7 +63,7 @@ from spool_reporter._event import FIELDS, MAX_AGE_SECONDS, MAX_FUTURE_SECONDS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
     from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
     _T = TypeVar("_T")
@@ -80,6 +80,9 @@ if TYPE_CHECKING:
         def execute(self, sql: str, params: Sequence[object], /) -> _Cursor: ...
 
         def executemany(self, sql: str, params: Iterable[Sequence[object]], /) -> object: ...
+
+    class _Closable(Protocol):
+        def close(self) -> object: ...
 else:
     from typing import NamedTuple
 
@@ -665,6 +668,17 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@contextlib.contextmanager
+def closed_on_failure(conn: _Closable) -> Iterator[None]:
+    """Close ``conn`` if the block raises anything (a connection being set up is never left to the garbage
+    collector), and let the exception go on."""
+    try:
+        yield
+    except BaseException:
+        conn.close()
+        raise
 
 
 def forget_until(now: float, max_age: float) -> float:
