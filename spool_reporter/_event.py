@@ -46,6 +46,7 @@ the collector counts refusals by it, and never stores a client's text).
 from __future__ import annotations
 
 import datetime
+import functools
 import re
 
 # The hook builds every event line and imports nothing of the cold path, so the line's helpers live there; the
@@ -61,10 +62,7 @@ from ._hook import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Final, TypeVar
-
-    _K = TypeVar("_K")
-    _V = TypeVar("_V")
+    from typing import Final
 
 __all__ = [
     "ARCHITECTURES",
@@ -77,6 +75,7 @@ __all__ = [
     "MAX_AGE_SECONDS",
     "MAX_FUTURE_SECONDS",
     "MAX_LINE_BYTES",
+    "MEMO_SIZE",
     "MAX_VALUE",
     "OS_FAMILIES",
     "OTHER",
@@ -151,26 +150,14 @@ _VERSION: Final = re.compile(r"(0|[1-9][0-9]{0,3})(?:\.(0|[1-9][0-9]{0,3}))?\Z")
 _TIME: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):([0-5][0-9]):([0-5][0-9]|60)Z\Z")
 _NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}\Z")  # is_event_name, compiled
 _APP_NAME: Final = re.compile(rf"[A-Za-z0-9_.-]{{1,{MAX_NAME}}}\Z")  # App(name=...)'s rule, compiled
-_MEMO_SIZE: Final = 4096
-"""Entries per memo below; a memo is emptied when full (the time window keeps the set of days small)."""
-_DAYS: dict[str, int] = {}
-"""``"2026-12-03"`` -> days since 1970-01-01, for the days seen."""
-_VERSIONS: dict[tuple[str, str], bool] = {}
-"""(field, text) -> whether a valid version, for the versions seen."""
+MEMO_SIZE: Final = 4096
+"""Entries kept per memo (``functools.lru_cache``) of the validator: one machine sends the same facts every time,
+and the time window keeps the set of days small."""
 
 
-def _remember(memo: dict[_K, _V], key: _K, value: _V) -> _V:
-    if len(memo) >= _MEMO_SIZE:
-        memo.clear()
-    memo[key] = value
-    return value
-
-
+@functools.lru_cache(maxsize=MEMO_SIZE)
 def _version(text: str, field: str) -> bool:
     # ``major.minor`` (``major`` alone where allowed), no leading zeros (coarse_version strips them), bounded.
-    known = _VERSIONS.get((field, text))
-    if known is not None:
-        return known
     m = _VERSION.match(text)
     ok = False
     if m is not None:
@@ -180,7 +167,7 @@ def _version(text: str, field: str) -> bool:
             ok = field != "python_version" and int(m.group(1)) <= major_bound
         else:
             ok = int(m.group(1)) <= major_bound and int(minor) <= minor_bound
-    return _remember(_VERSIONS, (field, text), ok)
+    return ok
 
 
 def parse_time(text: str) -> int | None:
@@ -192,14 +179,9 @@ def parse_time(text: str) -> int | None:
     m = _TIME.match(text)
     if m is None:
         return None
-    day = text[:10]
-    days = _DAYS.get(day)
+    days = _day_number(text[:10])
     if days is None:
-        try:
-            days = datetime.date(int(day[0:4]), int(day[5:7]), int(day[8:10])).toordinal() - _EPOCH_ORDINAL
-        except ValueError:  # 2023-02-29, month 13, year 0
-            return None
-        _remember(_DAYS, day, days)
+        return None
     hour, minute, second = m.groups()
     return days * 86400 + int(hour) * 3600 + int(minute) * 60 + int(second)
 
@@ -207,11 +189,16 @@ def parse_time(text: str) -> int | None:
 _EPOCH_ORDINAL: Final = datetime.date(1970, 1, 1).toordinal()
 
 
-_FACTS: dict[tuple[str, ...], str | None] = {}
-"""(event, app, versions, OS, arch, user agent) -> the rule they break, for the combinations seen."""
-_UNSEEN: Final = "?"
+@functools.lru_cache(maxsize=MEMO_SIZE)
+def _day_number(day: str) -> int | None:
+    """``"2026-12-03"`` -> days since 1970-01-01; ``None`` for a day that does not exist."""
+    try:
+        return datetime.date(int(day[0:4]), int(day[5:7]), int(day[8:10])).toordinal() - _EPOCH_ORDINAL
+    except ValueError:  # 2023-02-29, month 13, year 0
+        return None
 
 
+@functools.lru_cache(maxsize=MEMO_SIZE)
 def _facts_problem(facts: tuple[str, ...]) -> str | None:
     """The rule broken by (event, app, app_version, python, python_version, os, os_release, arch, user_agent)."""
     name, app, app_version, python, python_version, family, release, arch, agent = facts
@@ -276,9 +263,7 @@ def check(
     # combination once, then look it up.
     facts = (s["event"], s["app"], s["app_version"], s["python"], s["python_version"], s["os"], s["os_release"],
              s["arch"], s["user_agent"])  # fmt: skip
-    reason = _FACTS.get(facts, _UNSEEN)
-    if reason is _UNSEEN:
-        reason = _remember(_FACTS, facts, _facts_problem(facts))
+    reason = _facts_problem(facts)
     if reason is not None:
         return reason
     if commands is not None and facts[0] not in commands:

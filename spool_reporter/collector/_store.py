@@ -59,7 +59,7 @@ import weakref
 from collections.abc import Sequence
 
 from spool_reporter import SpoolReporterError
-from spool_reporter._event import FIELDS, MAX_AGE_SECONDS, MAX_FUTURE_SECONDS
+from spool_reporter._event import FIELDS, MAX_AGE_SECONDS, MAX_FUTURE_SECONDS, MEMO_SIZE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -247,10 +247,6 @@ class RollupState(NamedTuple):
     """The newest week whose numbers are in the roll-up tables (never after :attr:`closed_through`)."""
 
 
-_WEEKS: dict[str, str] = {}
-"""``"2026-12-03"`` -> ``"2026-W49"`` for the days seen (the time window keeps this small)."""
-
-
 def iso_week(time_text: str) -> str | None:
     """``"2026-12-03T08:15:48Z"`` -> ``"2026-W49"``; ``None`` unless it is a real UTC time in that exact form."""
     from spool_reporter._event import parse_time
@@ -262,15 +258,14 @@ def iso_week(time_text: str) -> str | None:
 
 def week_of_valid(time_text: str) -> str:
     """:func:`iso_week` of a time already validated (:func:`spool_reporter._event.check` did): no re-parse."""
-    day = time_text[:10]
-    week = _WEEKS.get(day)
-    if week is None:
-        year, num, _ = datetime.date(int(day[0:4]), int(day[5:7]), int(day[8:10])).isocalendar()
-        week = f"{year:04d}-W{num:02d}"
-        if len(_WEEKS) >= 4096:
-            _WEEKS.clear()
-        _WEEKS[day] = week
-    return week
+    return _week_of_day(time_text[:10])
+
+
+@functools.lru_cache(maxsize=MEMO_SIZE)
+def _week_of_day(day: str) -> str:
+    """``"2026-12-03"`` -> ``"2026-W49"``, remembered for the days seen (the time window keeps them few)."""
+    year, num, _ = datetime.date(int(day[0:4]), int(day[5:7]), int(day[8:10])).isocalendar()
+    return f"{year:04d}-W{num:02d}"
 
 
 def this_week(now: float) -> str:
