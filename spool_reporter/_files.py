@@ -157,8 +157,13 @@ def make_dirs(path: str) -> None:
     (:func:`open_dirs`)."""
     if DIR_FD:
         os.close(open_dirs(path, create=True))
-        return
-    missing = []  # pragma: no cover windows - no descriptor-relative calls
+    else:  # pragma: no cover windows
+        _make_dirs_by_path(path)
+
+
+def _make_dirs_by_path(path: str) -> None:  # pragma: no cover windows - no descriptor-relative calls
+    """:func:`make_dirs` where the platform has no descriptor-relative calls: by path, then ``chmod``."""
+    missing = []
     head = path
     while head and not os.path.isdir(head):
         missing.append(head)
