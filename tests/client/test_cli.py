@@ -16,24 +16,11 @@ from spool_reporter import App, __version__, _hook, record
 from spool_reporter._hook import Folder
 from spool_reporter._spool import read_counters
 
+from support.commands import cli, spool_command, unnamed
 from support.polling import wait_for
-from support.sandbox import PACKAGE_FROM_CHECKOUT, Sandbox
+from support.sandbox import Sandbox
 from support.servers import serving
 from support.users import AS_NOBODY, ROOT_WITH_SETPRIV
-
-
-def spool_command() -> list[str]:
-    script = Path(sys.executable).parent / ("django-spool.exe" if os.name == "nt" else "django-spool")
-    if script.exists():
-        return [str(script)]
-    assert PACKAGE_FROM_CHECKOUT, "the installed package must provide the django-spool console script"
-    return [sys.executable, "-m", "spool_reporter.cli"]
-
-
-def cli(sandbox: Sandbox, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*spool_command(), *args], env=env or sandbox.env, capture_output=True, text=True, timeout=60, check=False
-    )
 
 
 def queue(sandbox: Sandbox, app: App, n: int) -> None:
@@ -63,11 +50,6 @@ def test_bad_usage_exits_2_on_stderr(sandbox: Sandbox, args: list[str]) -> None:
     assert result.returncode == 2
     assert result.stdout == ""
     assert "usage: django-spool" in result.stderr
-
-
-def unnamed(sandbox: Sandbox, **extra: str) -> dict[str, str]:
-    """The sandbox's environment without its destination (and with ``extra``)."""
-    return {**{k: v for k, v in sandbox.env.items() if k != "DJANGO_ANALYTICS_ENDPOINT"}, **extra}
 
 
 def test_status_default_opt_out(sandbox: Sandbox, app: App) -> None:

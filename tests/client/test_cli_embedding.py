@@ -20,7 +20,7 @@ import pytest
 from spool_reporter import App, cli
 from spool_reporter._firstrun import notice_text
 
-from client.test_cli import unnamed
+from support.commands import unnamed
 from support.polling import wait_for
 from support.sandbox import REPO, Sandbox
 

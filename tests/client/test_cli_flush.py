@@ -2,33 +2,21 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from spool_reporter import App
 
-from client.test_cli import cli, unnamed
+from support.commands import cli, snapshot, unnamed
 from support.servers import fill, serving, with_destination
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from support.sandbox import Sandbox
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """Every file under ``root`` with its mode and content hash: "changes nothing" made checkable."""
-    out = {}
-    for path in sorted(root.rglob("*")):
-        st = path.lstat()
-        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "dir"
-        out[str(path.relative_to(root))] = f"{oct(st.st_mode)} {st.st_size} {st.st_mtime_ns} {digest}"
-    return out
 
 
 def test_flush_delivers_everything(sandbox: Sandbox, app: App) -> None:

@@ -18,7 +18,7 @@ import pytest
 from spool_reporter import App
 from spool_reporter._settings import redact_url
 
-from client.test_cli import cli, spool_command
+from support.commands import cli, spool_command
 from support.sandbox import Sandbox
 from support.servers import fill, serving, with_destination
 from support.users import AS_NOBODY, ROOT_WITH_SETPRIV

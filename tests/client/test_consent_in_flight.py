@@ -13,7 +13,7 @@ import pytest
 
 from spool_reporter._hook import django_app
 
-from client.test_cli import cli, spool_command
+from support.commands import cli, spool_command
 from support.polling import wait_for
 from support.sandbox import run_py
 from support.servers import fill, serving, with_destination

@@ -16,6 +16,7 @@ import pytest
 
 from spool_reporter import App, _detached, _flush, _hook, _spawn, _state
 
+from support.commands import flusher_idle
 from support.polling import wait_for
 from support.sandbox import Sandbox
 from support.servers import RefusedPort, fill, serving, with_destination
@@ -142,8 +143,6 @@ def test_kill_after_2xx_before_delete_resends_the_same_ids(sandbox: Sandbox, app
 
 
 def wait_idle(sandbox: Sandbox, app: App) -> None:
-    from client.test_spawn import flusher_idle
-
     wait_for(lambda: flusher_idle(sandbox, app), timeout=15, what="the flusher to exit")
 
 
@@ -262,8 +261,6 @@ def test_an_event_recorded_while_the_flusher_sends_leaves_with_that_flusher(
     """A command that records while the detached flusher waits for its first answer finds flusher.lock taken (and
     its spawn interval not passed): it starts no flusher. The flusher, once that round is done, releases the lock,
     finds the new event and sends it in a second round: one spawn, two requests, one pid in the log."""
-    from client.test_spawn import flusher_idle
-
     starts = count_starts(monkeypatch)
     with serving("slow", delay=3.0) as server:
         env = with_destination(

@@ -15,6 +15,7 @@ from spool_reporter._forget import forget, forget_url
 from spool_reporter._settings import Destination
 from spool_reporter.collector import CollectorServer, serve, stats
 
+from support.commands import cli
 from support.servers import RefusedPort, Server, fill, with_destination
 
 TYPE_CHECKING = False
@@ -191,8 +192,6 @@ def test_where_forget_goes(transport: str, endpoint: str, expected: str | None) 
 
 
 def test_the_command_forgets_at_the_collector(sandbox: Sandbox, app: App, tmp_path: Path) -> None:
-    from client.test_cli import cli
-
     with serve(str(tmp_path / "c.sqlite3")) as collector:
         env = with_destination(sandbox.env, collector.url)
         old = sent_and_queued(sandbox, app, env, sent=4, queued=2)
@@ -210,8 +209,6 @@ def test_the_command_forgets_at_the_collector(sandbox: Sandbox, app: App, tmp_pa
 
 
 def test_the_command_says_why_it_failed_in_one_line(sandbox: Sandbox, app: App) -> None:
-    from client.test_cli import cli
-
     port = RefusedPort()
     try:
         env = with_destination(sandbox.env, port.url())

@@ -14,7 +14,7 @@ from pathlib import Path
 from spool_reporter._firstrun import notice_text
 from spool_reporter._hook import django_app, parse
 
-from client.test_cli import cli
+from support.commands import cli
 from support.sandbox import run_py
 from support.servers import serving, with_destination
 

@@ -14,8 +14,7 @@ from spool_reporter._firstrun import notice_text
 from spool_reporter._hook import NOTICE_VERSION, Decision
 from spool_reporter._hook import decide as pure_decide
 
-from client.test_cli import cli, unnamed
-from client.test_record import record_together
+from support.commands import cli, record_together, unnamed
 from support.polling import wait_for
 from support.sandbox import Sandbox
 from support.servers import fill, serving, with_destination

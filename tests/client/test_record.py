@@ -14,7 +14,7 @@ import pytest
 from spool_reporter import App, record
 from spool_reporter._firstrun import notice_text
 
-from support.polling import wait_for
+from support.commands import record_together
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -186,40 +186,6 @@ def test_notice_printed_once_on_stderr(sandbox: Sandbox, app: App) -> None:
     assert first.stdout == second.stdout == "True\n"
     assert first.stderr == notice_text(app)
     assert second.stderr == ""
-
-
-def record_together(sandbox: Sandbox, count: int = 6) -> list[tuple[str, str]]:
-    """``count`` processes each calling ``record(..., notice=True)`` at the same moment: their stdout and stderr.
-
-    A barrier of files: each process imports what it needs, says it is ready (``ready-<n>``) and waits for ``go``;
-    ``go`` is written once every one is ready."""
-    go = sandbox.root / "go"
-    code = textwrap.dedent(
-        f"""
-        import os, sys, time
-        from spool_reporter import record
-        from spool_reporter._hook import django_app
-        open(os.path.join({str(sandbox.root)!r}, "ready-" + sys.argv[1]), "w").close()
-        deadline = time.monotonic() + 60
-        while not os.path.exists({str(go)!r}) and time.monotonic() < deadline:
-            time.sleep(0.001)
-        print(record("startproject", app=django_app("5.2"), notice=True))
-        """
-    )
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code, str(n)],
-            env=sandbox.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for n in range(count)
-    ]
-    ready = [sandbox.root / f"ready-{n}" for n in range(count)]
-    wait_for(lambda: all(path.exists() for path in ready), timeout=60, what="every process at the start line")
-    go.write_text("")
-    return [p.communicate(timeout=60) for p in procs]
 
 
 def test_notice_once_when_first_commands_start_together(sandbox: Sandbox, app: App) -> None:

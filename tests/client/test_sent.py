@@ -15,9 +15,8 @@ import pytest
 from spool_reporter import App
 from spool_reporter._sent import SENT_FILE_BYTES, body_bytes
 
-from client.test_cli import cli, spool_command
-from client.test_cli_flush import snapshot
 from collector.test_collector_processes import Served, start_server
+from support.commands import cli, snapshot, spool_command
 from support.sandbox import run_py
 from support.servers import RefusedPort, fill, serving, with_destination
 from support.users import AS_NOBODY, ROOT_WITH_SETPRIV

@@ -16,6 +16,7 @@ import pytest
 
 from spool_reporter import App, _hook, _spawn, _state
 
+from support.commands import flusher_idle
 from support.polling import wait_for
 from support.sandbox import Sandbox
 from support.servers import fill, serving, with_destination
@@ -306,18 +307,6 @@ def test_offline_laptop_a_day_of_commands_starts_few_flushers(sandbox: Sandbox, 
 
 
 # --- real detached flushers ----------------------------------------------------------------------------
-
-
-def flusher_idle(sandbox: Sandbox, app: App) -> bool:
-    """No flusher holds flusher.lock (probed with the hook's own try-lock)."""
-    path = sandbox.state_dir(app) / _hook.FLUSHER_LOCK_NAME
-    if not path.exists():
-        return True
-    fd = os.open(path, os.O_RDWR)
-    try:
-        return _hook.try_lock(fd)
-    finally:
-        os.close(fd)
 
 
 def zombies() -> list[int]:

@@ -19,8 +19,8 @@ import pytest
 
 from spool_reporter import App
 
-from client.test_cli import spool_command
 from collector.test_collector_processes import start_server
+from support.commands import spool_command
 from support.servers import Server, fill, with_destination
 
 TYPE_CHECKING = False

@@ -58,7 +58,7 @@ import pytest
 from spool_reporter import App, _state
 from spool_reporter.collector import stats
 
-from client.test_cli import spool_command
+from support.commands import spool_command
 from support.polling import stop_process, wait_for
 from support.sandbox import REPO, Sandbox, clean_environ
 from support.servers import fill, with_destination
