@@ -15,7 +15,7 @@ import pytest
 from spool_reporter import App
 from spool_reporter._sent import SENT_FILE_BYTES, body_bytes
 
-from collector.test_collector_processes import Served, start_server
+from support.collector_server import Served, start_server
 from support.commands import cli, snapshot, spool_command
 from support.sandbox import run_py
 from support.servers import RefusedPort, fill, serving, with_destination

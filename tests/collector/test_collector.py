@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import hashlib
 import http.client
 import http.server
-import io
 import json
 import logging
 import socket
@@ -20,11 +18,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import urllib3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spool_reporter._event import DJANGO_COMMANDS, FIELDS, check, validate
+from spool_reporter._event import DJANGO_COMMANDS, FIELDS, validate
 from spool_reporter.collector import (
     MAX_BODY_BYTES,
     MAX_EVENTS,
@@ -38,127 +35,33 @@ from spool_reporter.collector import (
     serve,
     stats,
 )
-from spool_reporter.collector._sqlite import SQLiteStore
-from spool_reporter.collector._store import Row, iso_week
+from spool_reporter.collector._store import iso_week
 from spool_reporter.collector._wire import BadRequest, parse_batch, parse_ga4
 
+from support.collector_server import HTTP, FakeGA4, call_wsgi, post
+from support.events import (
+    CLOCK,
+    FORWARDED_FOR,
+    GA4_NOW,
+    JSON_VALUES,
+    MARKER,
+    POLICY,
+    PROBE_UA,
+    assert_private,
+    batch,
+    db_bytes,
+    det_uuid4,
+    event,
+    probe_headers,
+    rows_of,
+    store_sample_events,
+)
 from support.polling import wait_for
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _close_every_store() -> Iterator[None]:
-    """Close every store these tests open (many open one inline): Python 3.13 warns about SQLite connections
-    left to the garbage collector, and ``filterwarnings = error`` then fails whichever later test happens
-    to trigger the collection."""
-    opened: list[SQLiteStore] = []
-    original = SQLiteStore.__init__
-
-    def tracking(self: SQLiteStore, *args: object, **kwargs: object) -> None:
-        original(self, *args, **kwargs)  # type: ignore[arg-type]
-        opened.append(self)
-
-    SQLiteStore.__init__ = tracking  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        SQLiteStore.__init__ = original  # type: ignore[method-assign]
-        for store in opened:
-            store.close()
+pytestmark = pytest.mark.usefixtures("close_every_store")
 
 
-# -- helpers (also imported by test_collector_processes.py) -------------------------------------------------
-
-PROBE_UA = "PrivacyProbe/7.3 (collector-test; ua-3b9e1c)"
-"""A request User-Agent header that must never reach the database or the logs."""
-MARKER = "marker-5f0d2a7c-header-value"
-"""A value sent in an unrelated request header that must never reach the database or the logs."""
-FORWARDED_FOR = "203.0.113.77"
-"""A documentation address sent as X-Forwarded-For: it must not be stored either."""
-
-
-CLOCK = 1_799_193_600.0  # 2027-01-06T00:00:00Z: the collector's clock in these tests
-POLICY = Policy(
-    commands={"Django": DJANGO_COMMANDS, "MyTool": frozenset({"startproject"})}, max_age=60 * 86400, clock=lambda: CLOCK
-)
-"""The tests' events are dated 2026-11-30 .. 2027-01-05: a fixed clock keeps them inside the time window."""
-
-
-def rows_of(body: bytes, policy: Policy = POLICY) -> list[Row]:
-    """The rows of a batch that must be wholly valid."""
-    parsed = parse_batch(body, policy)
-    assert parsed.refused == {}, parsed.refused
-    return parsed.rows
-
-
-def det_uuid4(*parts: object) -> str:
-    """A deterministic, valid uuid4 from ``parts`` (so tests can plan which ids repeat)."""
-    b = bytearray(hashlib.sha256(repr(parts).encode()).digest()[:16])
-    b[6] = (b[6] & 0x0F) | 0x40
-    b[8] = (b[8] & 0x3F) | 0x80
-    h = b.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-def event(
-    *,
-    event_id: str | None = None,
-    client: object = "dev",
-    when: str = "2026-12-03T08:15:48Z",
-    name: str = "startproject",
-    app: str = "Django",
-    app_version: str = "5.2",
-    python: str = "CPython",
-    python_version: str = "3.11",
-    os_name: str = "Linux",
-    arch: str = "x86_64",
-    valid: bool = True,
-) -> dict[str, object]:
-    """One event with exactly the allowlisted fields (checked valid under :data:`POLICY` unless ``valid=False``)."""
-    obj: dict[str, object] = {
-        "schema": 1,
-        "event_id": event_id or det_uuid4("event", client, when, name, time.perf_counter_ns()),
-        "event": name,
-        "app": app,
-        "app_version": app_version,
-        "python": python,
-        "python_version": python_version,
-        "os": os_name,
-        "os_release": "6.1",
-        "arch": arch,
-        "user_agent": f"{app}/{app_version} {python}/{python_version} ({os_name}; {arch})",
-        "client_id": det_uuid4("client", client),
-        "time": when,
-    }
-    assert list(obj) == list(FIELDS)
-    if valid:
-        assert check(dict(obj), now=CLOCK, max_age=POLICY.max_age, commands=POLICY.commands.get(app)) is None
-    return obj
-
-
-def batch(events: list[dict[str, object]]) -> bytes:
-    return json.dumps({"schema": 1, "events": events}).encode()
-
-
-HTTP = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=5, read=20))
-
-
-def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-    response = HTTP.request("POST", url, body=body, headers={"Content-Type": "application/json", **(headers or {})})
-    return response.status, response.data
-
-
-def probe_headers() -> dict[str, str]:
-    return {"User-Agent": PROBE_UA, "X-Probe": MARKER, "X-Forwarded-For": FORWARDED_FOR}
-
-
-def db_bytes(db: Path) -> bytes:
-    """The database file and its WAL/shared-memory files, as they are on disk now."""
-    return b"".join(p.read_bytes() for p in (db, Path(f"{db}-wal"), Path(f"{db}-shm")) if p.exists())
-
-
-def assert_private(data: bytes) -> None:
-    for secret in ("127.0.0.1", PROBE_UA, MARKER, FORWARDED_FOR, "PrivacyProbe"):
-        assert secret.encode() not in data, secret
+# -- a database and an embedded server ----------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -263,13 +166,6 @@ def test_iso_week(when: str, week: str) -> None:
     assert iso_week(when) == week
 
 
-_JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
-    max_leaves=20,
-)
-
-
 @pytest.mark.parametrize("parse", [parse_batch, parse_ga4], ids=["batch", "ga4"])
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=400))
@@ -279,7 +175,7 @@ def test_fuzz_parse_bytes(parse: Callable[[bytes], object], body: bytes) -> None
 
 
 @settings(max_examples=300, deadline=None)
-@given(_JSON)
+@given(JSON_VALUES)
 def test_fuzz_parse_json(doc: object) -> None:
     try:
         parsed = parse_batch(json.dumps(doc).encode(), POLICY)
@@ -290,7 +186,7 @@ def test_fuzz_parse_json(doc: object) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from(FIELDS), _JSON | st.text(max_size=120))
+@given(st.sampled_from(FIELDS), JSON_VALUES | st.text(max_size=120))
 def test_fuzz_one_field(field: str, value: object) -> None:
     bad = {**event(), field: value}
     try:
@@ -304,19 +200,6 @@ def test_fuzz_one_field(field: str, value: object) -> None:
     assert (len(parsed.rows) == 1) == (
         validate(bad, now=CLOCK, max_age=POLICY.max_age, commands=DJANGO_COMMANDS) is not None
     )
-
-
-def _call(app: object, method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[str, bytes]:
-    environ = {
-        "REQUEST_METHOD": method,
-        "PATH_INFO": path,
-        "wsgi.input": io.BytesIO(body),
-        "REMOTE_ADDR": "127.0.0.1",
-        **headers,
-    }
-    seen: list[str] = []
-    out = b"".join(app(environ, lambda status, hdrs: seen.append(status)))  # type: ignore[operator]
-    return seen[0], out
 
 
 @pytest.fixture(scope="module")
@@ -341,7 +224,7 @@ def test_fuzz_wsgi_app(
     headers["CONTENT_LENGTH"] = str(len(body)) if length is None else length
     if encoding:
         headers["HTTP_CONTENT_ENCODING"] = encoding
-    status, out = _call(fuzz_app, method, path, body, headers)
+    status, out = call_wsgi(fuzz_app, method, path, body, headers)
     code = int(status.split()[0])
     public = code == 200 and method == "GET" and (path or "/") in ("/", "/v1/stats")  # an empty PATH_INFO is "/"
     ok = (
@@ -370,19 +253,19 @@ def test_status_lines_are_the_ones_http_names(
     # The same words the embedded server puts on its own answers, and on the application's.
     if code != 411:
         headers = {**headers, "CONTENT_LENGTH": str(len(body))}
-    assert _call(fuzz_app, method, path, body, headers)[0] == f"{code} {http.HTTPStatus(code).phrase}"
+    assert call_wsgi(fuzz_app, method, path, body, headers)[0] == f"{code} {http.HTTPStatus(code).phrase}"
 
 
 def test_wsgi_without_length(tmp_path: Path) -> None:
     app = make_app(tmp_path / "c.sqlite3", policy=POLICY)
     body = batch([event()])
-    status, _ = _call(app, "POST", "/v1/batch", body, {"CONTENT_TYPE": "application/json"})
+    status, _ = call_wsgi(app, "POST", "/v1/batch", body, {"CONTENT_TYPE": "application/json"})
     assert status.startswith("411")
     # A server that delimits the stream itself (gunicorn, chunked) may omit the length; the cap still holds.
     headers = {"CONTENT_TYPE": "application/json", "wsgi.input_terminated": True}
-    status, out = _call(app, "POST", "/v1/batch", body, headers)  # type: ignore[arg-type]
+    status, out = call_wsgi(app, "POST", "/v1/batch", body, headers)  # type: ignore[arg-type]
     assert status.startswith("200"), out
-    status, out = _call(app, "POST", "/v1/batch", b" " * (MAX_BODY_BYTES + 10), headers)  # type: ignore[arg-type]
+    status, out = call_wsgi(app, "POST", "/v1/batch", b" " * (MAX_BODY_BYTES + 10), headers)  # type: ignore[arg-type]
     assert status.startswith("413"), out
 
 
@@ -393,7 +276,7 @@ def test_wsgi_module_from_environ(tmp_path: Path) -> None:
         wsgi.from_environ({})
     app = wsgi.from_environ({wsgi.DB_VARIABLE: str(tmp_path / "c.sqlite3")})
     assert app.forward is None
-    status, _ = _call(app, "GET", "/v1/health", b"", {})
+    status, _ = call_wsgi(app, "GET", "/v1/health", b"", {})
     assert status.startswith("200")
 
 
@@ -431,28 +314,8 @@ def test_store_is_wal(db: Path) -> None:
 # -- statistics and the report ------------------------------------------------------------------------------
 
 
-def _populate(db: Path) -> None:
-    store = open_store(db)
-    events = [
-        # 2026-W49: alice (5.2, 3.11, Linux) twice, bob (4.2, 3.12, macOS) once
-        event(client="alice", when="2026-11-30T09:00:00Z"),
-        event(client="alice", when="2026-12-06T23:59:59Z", name="runserver"),
-        event(client="bob", when="2026-12-02T10:00:00Z", app_version="4.2", python_version="3.12", os_name="macOS"),
-        # 2026-W50: alice upgraded mid-week (counted under both versions), carol on PyPy/Windows
-        event(client="alice", when="2026-12-07T00:00:00Z"),
-        event(client="alice", when="2026-12-09T00:00:00Z", app_version="6.0"),
-        event(client="carol", when="2026-12-10T00:00:00Z", python="PyPy", python_version="3.10", os_name="Windows"),
-        # 2027-W01, after an empty 2026-W51..W53
-        event(client="dave", when="2027-01-05T12:00:00Z", name="startapp"),
-        # another application in the same database is not mixed in
-        event(client="erin", when="2026-12-03T00:00:00Z", app="MyTool", app_version="1.4"),
-    ]
-    assert store.insert(rows_of(batch(events)))[0] == len(events)
-    store.close()
-
-
 def test_stats_over_weeks(db: Path) -> None:
-    _populate(db)
+    store_sample_events(db)
     result = stats(db)
     doc = result.as_dict()
     assert doc["developers"] == 4
@@ -479,7 +342,7 @@ def test_stats_over_weeks(db: Path) -> None:
 
 
 def test_html_report(db: Path) -> None:
-    _populate(db)
+    store_sample_events(db)
     store = open_store(db)
     # The collector refuses such a value now; a database written by an older one may still hold it.
     hostile = event(client="mallory", when="2026-12-08T00:00:00Z", os_name='<script>alert("x")</script>&', valid=False)
@@ -668,34 +531,9 @@ def test_server_prints_nothing_when_the_app_fails(db: Path, capfd: pytest.Captur
 # -- forwarding to GA4 (a loopback fake, never Google) -----------------------------------------------------
 
 
-class _FakeGA4(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        self.received: list[tuple[str, dict[str, object]]] = []
-        self.headers_seen: list[str] = []
-        self.status = 204
-        super().__init__(("127.0.0.1", 0), _FakeGA4Handler)
-
-
-class _FakeGA4Handler(http.server.BaseHTTPRequestHandler):
-    server: _FakeGA4
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.server.headers_seen.append(str(self.headers))
-        self.server.received.append((self.path, json.loads(body)))
-        self.send_response(self.server.status)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def fake_ga4() -> Iterator[_FakeGA4]:
-    fake = _FakeGA4()
+def fake_ga4() -> Iterator[FakeGA4]:
+    fake = FakeGA4()
     thread = threading.Thread(target=fake.serve_forever, daemon=True)
     thread.start()
     try:
@@ -706,13 +544,10 @@ def fake_ga4() -> Iterator[_FakeGA4]:
         thread.join(5)
 
 
-NOW = 1796300000.0  # 2026-12-03T12:53:20Z
-
-
-def test_forward_to_ga4(db: Path, fake_ga4: _FakeGA4) -> None:
+def test_forward_to_ga4(db: Path, fake_ga4: FakeGA4) -> None:
     endpoint = f"http://127.0.0.1:{fake_ga4.server_address[1]}/mp/collect"
-    forward = GA4Forwarder(measurement_id="G-TEST123", api_secret="s3cret", endpoint=endpoint, clock=lambda: NOW)
-    policy = Policy(commands={"Django": DJANGO_COMMANDS | {"session_start"}}, clock=lambda: NOW)
+    forward = GA4Forwarder(measurement_id="G-TEST123", api_secret="s3cret", endpoint=endpoint, clock=lambda: GA4_NOW)
+    policy = Policy(commands={"Django": DJANGO_COMMANDS | {"session_start"}}, clock=lambda: GA4_NOW)
     with serve(db, forward=forward, policy=policy) as srv:
         recent = [event(client=i % 2, when="2026-12-03T08:15:48Z") for i in range(60)]
         stale = [event(client=9, when="2026-11-20T00:00:00Z")]
@@ -744,10 +579,10 @@ def test_forward_to_ga4(db: Path, fake_ga4: _FakeGA4) -> None:
     assert FORWARDED_FOR not in headers
 
 
-def test_forward_failures_are_counted(db: Path, fake_ga4: _FakeGA4) -> None:
+def test_forward_failures_are_counted(db: Path, fake_ga4: FakeGA4) -> None:
     fake_ga4.status = 500
     endpoint = f"http://127.0.0.1:{fake_ga4.server_address[1]}/mp/collect"
-    forward = GA4Forwarder(measurement_id="G-1", api_secret="s", endpoint=endpoint, clock=lambda: NOW)
+    forward = GA4Forwarder(measurement_id="G-1", api_secret="s", endpoint=endpoint, clock=lambda: GA4_NOW)
     assert forward.submit(rows_of(batch([event()])))
     forward.close(10)
     assert forward.stats()["failed"] == 1
@@ -756,7 +591,7 @@ def test_forward_failures_are_counted(db: Path, fake_ga4: _FakeGA4) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{sock.getsockname()[1]}/mp/collect"
-    forward = GA4Forwarder(measurement_id="G-1", api_secret="s", endpoint=dead, clock=lambda: NOW, queue_events=3)
+    forward = GA4Forwarder(measurement_id="G-1", api_secret="s", endpoint=dead, clock=lambda: GA4_NOW, queue_events=3)
     assert not forward.submit(rows_of(batch([event() for _ in range(4)])))  # over the queue's bound
     assert forward.submit(rows_of(batch([event()])))
     forward.close(10)

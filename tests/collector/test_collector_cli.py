@@ -21,8 +21,8 @@ from spool_reporter.collector import open_store
 from spool_reporter.collector._config import DB_VARIABLE
 from spool_reporter.collector._store import this_week
 
-from collector.test_collector_rollup import DAY, row
 from support.commands import spool_command
+from support.events import DAY, row
 from support.sandbox import REPO, Sandbox
 
 COMMANDS = ("serve", "stats", "migrate", "rollup")

@@ -16,9 +16,9 @@ import pytest
 from spool_reporter import App
 from spool_reporter.collector import stats
 
-from collector.test_collector import assert_private, db_bytes
-from collector.test_collector_processes import start_server
+from support.collector_server import start_server
 from support.commands import spool_command
+from support.events import assert_private, db_bytes
 from support.servers import fill, with_destination
 
 TYPE_CHECKING = False

@@ -14,8 +14,8 @@ from spool_reporter.collector._rollup import rollup
 from spool_reporter.collector._store import FORGET, week_of_valid
 from spool_reporter.collector._wire import FORGET_MAX_BODY_BYTES
 
-from collector.test_collector import CLOCK, POLICY, _call, batch, det_uuid4, event, post
-from collector.test_collector_rollup import DAY, MAX_AGE, NOW, row
+from support.collector_server import call_wsgi, post
+from support.events import CLOCK, DAY, POLICY, ROLLUP_MAX_AGE, ROLLUP_NOW, batch, det_uuid4, event, row
 from support.polling import wait_for
 
 JSON = {"CONTENT_TYPE": "application/json"}
@@ -31,7 +31,7 @@ def app(db_url: str) -> Iterator[Collector]:
 
 
 def forget(app: Collector, body: bytes, **headers: str) -> tuple[str, bytes]:
-    return _call(app, "POST", FORGET_PATH, body, {**JSON, "CONTENT_LENGTH": str(len(body)), **headers})
+    return call_wsgi(app, "POST", FORGET_PATH, body, {**JSON, "CONTENT_LENGTH": str(len(body)), **headers})
 
 
 def client_body(client: object) -> bytes:
@@ -42,7 +42,7 @@ def test_forget_deletes_every_event_of_one_client(app: Collector) -> None:
     events = [event(client=c, when=f"2026-12-0{d}T10:00:00Z") for c in ("alice", "bob") for d in range(1, 9)]
     events += [event(client="alice", when="2026-12-15T10:00:00Z", name="runserver") for _ in range(3)]
     body = batch(events)
-    assert _call(app, "POST", "/v1/batch", body, {**JSON, "CONTENT_LENGTH": str(len(body))})[0] == "200 OK"
+    assert call_wsgi(app, "POST", "/v1/batch", body, {**JSON, "CONTENT_LENGTH": str(len(body))})[0] == "200 OK"
     assert app.store.count() == (19, 2)
     assert forget(app, client_body("alice")) == ("200 OK", b'{"deleted": 11}')
     assert app.store.count() == (8, 1)
@@ -56,14 +56,14 @@ def test_forget_deletes_every_event_of_one_client(app: Collector) -> None:
     # Her id stays forgotten: a batch that was in flight, or a spool that still held her events, brings nothing
     # back (the client starts over with a new id). Counted where the operator looks, as `forgotten`.
     again = batch([event(client="alice", when="2026-12-15T11:00:00Z") for _ in range(2)])
-    assert _call(app, "POST", "/v1/batch", again, {**JSON, "CONTENT_LENGTH": str(len(again))})[1] == (
+    assert call_wsgi(app, "POST", "/v1/batch", again, {**JSON, "CONTENT_LENGTH": str(len(again))})[1] == (
         b'{"accepted": 0, "duplicates": 0, "rejected": 2, "refused": {"forgotten": 2}}'
     )
     assert app.store.count() == (8, 1)
     assert {reason: n for week in app.store.refusals().values() for reason, n in week.items()} == {"forgotten": 2}
     # A new id (what the client takes after a forget) is counted as anyone.
     fresh = batch([event(client="alice-new", when="2026-12-15T11:00:00Z")])
-    assert _call(app, "POST", "/v1/batch", fresh, {**JSON, "CONTENT_LENGTH": str(len(fresh))})[1].startswith(
+    assert call_wsgi(app, "POST", "/v1/batch", fresh, {**JSON, "CONTENT_LENGTH": str(len(fresh))})[1].startswith(
         b'{"accepted": 1'
     )
 
@@ -94,7 +94,7 @@ def test_forget_deletes_every_event_of_one_client(app: Collector) -> None:
 def test_forget_refuses_what_is_not_one_client_id(app: Collector, body: bytes, status: str) -> None:
     events = [event(client="alice")]
     ingest = batch(events)
-    _call(app, "POST", "/v1/batch", ingest, {**JSON, "CONTENT_LENGTH": str(len(ingest))})
+    call_wsgi(app, "POST", "/v1/batch", ingest, {**JSON, "CONTENT_LENGTH": str(len(ingest))})
     got, reason = forget(app, body)
     assert got == status
     assert b"5d1c0c8e" not in reason  # never echoed
@@ -105,11 +105,11 @@ def test_forget_refuses_what_is_not_one_client_id(app: Collector, body: bytes, s
 
 
 def test_forget_takes_post_json_only(app: Collector) -> None:
-    assert _call(app, "GET", FORGET_PATH, b"", {})[0] == "405 Method Not Allowed"
+    assert call_wsgi(app, "GET", FORGET_PATH, b"", {})[0] == "405 Method Not Allowed"
     body = client_body("alice")
     plain = {"CONTENT_TYPE": "text/plain", "CONTENT_LENGTH": str(len(body))}
-    assert _call(app, "POST", FORGET_PATH, body, plain)[0] == "415 Unsupported Media Type"
-    assert _call(app, "POST", FORGET_PATH, body, JSON)[0] == "411 Length Required"
+    assert call_wsgi(app, "POST", FORGET_PATH, body, plain)[0] == "415 Unsupported Media Type"
+    assert call_wsgi(app, "POST", FORGET_PATH, body, JSON)[0] == "411 Length Required"
     # The 415 and the 411 are forget requests refused; the GET was not one.
     assert app.store.refusals() == {week_of_valid("2027-01-06T00:00:00Z"): {FORGET: 2}}
 
@@ -117,9 +117,9 @@ def test_forget_takes_post_json_only(app: Collector) -> None:
 def test_forget_leaves_the_rollups_alone(app: Collector) -> None:
     """A closed week's numbers are final: they hold no client id, so a forget cannot reach them."""
     store = app.store
-    store.insert([row(("dev", i), NOW - 40 * DAY) for i in range(12)])  # 2027-W03: closed at NOW
-    store.insert([row(("dev", i), NOW - DAY) for i in range(12)])  # 2027-W09: open
-    rollup(store, now=NOW, max_age=MAX_AGE)
+    store.insert([row(("dev", i), ROLLUP_NOW - 40 * DAY) for i in range(12)])  # 2027-W03: closed at ROLLUP_NOW
+    store.insert([row(("dev", i), ROLLUP_NOW - DAY) for i in range(12)])  # 2027-W09: open
+    rollup(store, now=ROLLUP_NOW, max_age=ROLLUP_MAX_AGE)
     before = {w.week: w.developers for w in stats(store).weeks}
     assert before == {"2027-W03": 12, "2027-W09": 12}
     assert forget(app, client_body(("dev", 0))) == ("200 OK", b'{"deleted": 2}')  # its raw rows, both weeks
@@ -141,21 +141,21 @@ def test_forget_through_a_real_server(db_url: str) -> None:
 
 def test_ingest_starts_a_rollup_in_the_background(db_url: str) -> None:
     clock = [CLOCK]
-    policy = Policy(commands=POLICY.commands, max_age=MAX_AGE, clock=lambda: clock[0])
+    policy = Policy(commands=POLICY.commands, max_age=ROLLUP_MAX_AGE, clock=lambda: clock[0])
     app = make_app(db_url, policy=policy, retention=Retention(rollup_every=3600))
     try:
         body = batch([event(client=i, when="2026-12-28T10:00:00Z") for i in range(3)])  # 2026-W53
         headers = {**JSON, "CONTENT_LENGTH": str(len(body))}
-        assert _call(app, "POST", "/v1/batch", body, headers)[0] == "200 OK"
+        assert call_wsgi(app, "POST", "/v1/batch", body, headers)[0] == "200 OK"
         assert app.wait_rollup(60)
         assert app.store.rollup_state().closed_through < "2026-W53"  # not closed yet at CLOCK
         clock[0] = CLOCK + 40 * DAY  # the week is closed now; the next batch does not start another yet
         late = batch([event(client="late", when="2027-02-10T10:00:00Z", valid=False)])
-        assert _call(app, "POST", "/v1/batch", late, {**JSON, "CONTENT_LENGTH": str(len(late))})[0] == "200 OK"
+        assert call_wsgi(app, "POST", "/v1/batch", late, {**JSON, "CONTENT_LENGTH": str(len(late))})[0] == "200 OK"
         assert app.wait_rollup(60)
         assert app.store.rollup_state().closed_through < "2026-W53"
         app._next_rollup = 0.0  # an hour later
-        assert _call(app, "POST", "/v1/batch", late, {**JSON, "CONTENT_LENGTH": str(len(late))})[0] == "200 OK"
+        assert call_wsgi(app, "POST", "/v1/batch", late, {**JSON, "CONTENT_LENGTH": str(len(late))})[0] == "200 OK"
         wait_for(lambda: app.store.rollup_state().rolled_through >= "2026-W53", timeout=60)
         assert app.wait_rollup(60)
         assert stats(app.store).as_dict() == stats(app.store, rollups=False).as_dict()
@@ -165,12 +165,12 @@ def test_ingest_starts_a_rollup_in_the_background(db_url: str) -> None:
 
 def test_no_background_rollup_when_off(db_url: str) -> None:
     clock = [CLOCK + 40 * DAY]
-    policy = Policy(commands=POLICY.commands, max_age=MAX_AGE, clock=lambda: clock[0])
+    policy = Policy(commands=POLICY.commands, max_age=ROLLUP_MAX_AGE, clock=lambda: clock[0])
     app = make_app(db_url, policy=policy, retention=Retention(rollup_every=0))
     try:
         app.store.insert([row(("old", 1), CLOCK - 3 * DAY)])
         body = batch([event(client="new", when="2027-02-10T10:00:00Z", valid=False)])
-        assert _call(app, "POST", "/v1/batch", body, {**JSON, "CONTENT_LENGTH": str(len(body))})[0] == "200 OK"
+        assert call_wsgi(app, "POST", "/v1/batch", body, {**JSON, "CONTENT_LENGTH": str(len(body))})[0] == "200 OK"
         assert app.wait_rollup(1)
         assert app.store.rollup_state() == ("", "")
         done = app.rollup()  # what `collector rollup` does, with this collector's clock and window

@@ -26,7 +26,8 @@ from spool_reporter.collector import FORGET_PATH, Collector, Retention, make_app
 from spool_reporter.collector._sqlite import SQLiteStore
 from spool_reporter.collector._store import FORGET_CHUNK, FORGOTTEN
 
-from collector.test_collector import POLICY, _call, batch, det_uuid4, event
+from support.collector_server import call_wsgi
+from support.events import POLICY, batch, det_uuid4, event
 
 ROUNDS = 200
 BATCHES = 4
@@ -47,7 +48,7 @@ def app(db_url: str) -> Iterator[Collector]:
 
 
 def _post(app: Collector, path: str, body: bytes) -> tuple[str, bytes]:
-    return _call(app, "POST", path, body, {**JSON, "CONTENT_LENGTH": str(len(body))})
+    return call_wsgi(app, "POST", path, body, {**JSON, "CONTENT_LENGTH": str(len(body))})
 
 
 def _left(app: Collector, client_id: str) -> tuple[int, int, int]:

@@ -34,16 +34,13 @@ from spool_reporter.collector._wire import (
 from spool_reporter.transports import event_time
 from spool_reporter.transports.ga4 import MAX_BODY_BYTES, MAX_EVENTS, PARAMS, GA4Transport
 
-from collector.test_collector import (
-    _JSON,
+from support.collector_server import HTTP, FakeGA4, call_wsgi
+from support.events import (
     FORWARDED_FOR,
-    HTTP,
+    GA4_NOW,
+    JSON_VALUES,
     MARKER,
-    NOW,
     PROBE_UA,
-    _call,
-    _close_every_store,  # noqa: F401 - an autouse fixture: close every store this module opens
-    _FakeGA4,
     assert_private,
     db_bytes,
     det_uuid4,
@@ -51,6 +48,8 @@ from collector.test_collector import (
     probe_headers,
 )
 from support.polling import wait_for
+
+pytestmark = pytest.mark.usefixtures("close_every_store")
 
 MEASUREMENT_ID = "G-PROBE7Q3X"
 """A measurement id sent in the query string: the collector must never store, log or echo it."""
@@ -299,13 +298,13 @@ def test_limits_are_the_transports() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(_JSON)
+@given(JSON_VALUES)
 def test_fuzz_json(doc: object) -> None:
     try:
         parsed = parse_ga4(json.dumps(doc).encode(), GA4_POLICY)
     except BadRequest:
         return
-    raise AssertionError(f"accepted {doc!r} as {parsed!r}")  # no valid client id can come out of _JSON
+    raise AssertionError(f"accepted {doc!r} as {parsed!r}")  # no valid client id can come out of JSON_VALUES
 
 
 _PATHS = [
@@ -322,7 +321,7 @@ _PATHS = [
 @settings(max_examples=400, deadline=None)
 @given(
     st.sampled_from(_PATHS),
-    _JSON | st.text(max_size=120) | st.integers() | st.just(...),
+    JSON_VALUES | st.text(max_size=120) | st.integers() | st.just(...),
     st.sampled_from([None, "extra", "events", "params"]),
 )
 def test_fuzz_one_value(path: tuple[object, ...], value: object, extra: str | None) -> None:
@@ -358,35 +357,37 @@ def test_wsgi_rules(tmp_path: Path) -> None:
     app = make_app(tmp_path / "c.sqlite3", policy=GA4_POLICY)
     body = bodies([event(client="w")])[0]
     json_headers = {"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)), "QUERY_STRING": QUERY[1:]}
-    assert _call(app, "POST", GA4_PATH, body, json_headers) == ("204 No Content", b"")
-    assert _call(app, "POST", GA4_PATH, body, json_headers) == ("204 No Content", b"")  # stored once
+    assert call_wsgi(app, "POST", GA4_PATH, body, json_headers) == ("204 No Content", b"")
+    assert call_wsgi(app, "POST", GA4_PATH, body, json_headers) == ("204 No Content", b"")  # stored once
     assert app.counters.as_dict() == {  # type: ignore[attr-defined]
         "requests": 2, "accepted": 1, "duplicates": 1, "rejected": 0, "refused": 0, "forward_dropped": 0,
         "forgotten": 0,
     }  # fmt: skip
-    status, out = _call(app, "GET", GA4_PATH, b"", {})
+    status, out = call_wsgi(app, "GET", GA4_PATH, b"", {})
     assert (status, out) == ("405 Method Not Allowed", b"use POST\n")
-    assert _call(app, "POST", "/mp/collect/", body, json_headers)[0].startswith("404")
-    assert _call(app, "POST", "/debug/mp/collect", body, json_headers)[0].startswith("404")
-    status, out = _call(app, "POST", GA4_PATH, body, {**json_headers, "CONTENT_TYPE": "text/plain"})
+    assert call_wsgi(app, "POST", "/mp/collect/", body, json_headers)[0].startswith("404")
+    assert call_wsgi(app, "POST", "/debug/mp/collect", body, json_headers)[0].startswith("404")
+    status, out = call_wsgi(app, "POST", GA4_PATH, body, {**json_headers, "CONTENT_TYPE": "text/plain"})
     assert (status, out) == ("415 Unsupported Media Type", b"Content-Type must be application/json\n")
-    status, out = _call(app, "POST", GA4_PATH, body, {**json_headers, "HTTP_CONTENT_ENCODING": "gzip"})
+    status, out = call_wsgi(app, "POST", GA4_PATH, body, {**json_headers, "HTTP_CONTENT_ENCODING": "gzip"})
     assert (status, out) == ("415 Unsupported Media Type", b"Content-Encoding not supported\n")
-    status, _ = _call(app, "POST", GA4_PATH, body, {"CONTENT_TYPE": "application/json"})
+    status, _ = call_wsgi(app, "POST", GA4_PATH, body, {"CONTENT_TYPE": "application/json"})
     assert status.startswith("411")
-    status, out = _call(app, "POST", GA4_PATH, b"x", {**json_headers, "CONTENT_LENGTH": str(GA4_MAX_BODY_BYTES + 1)})
+    status, out = call_wsgi(
+        app, "POST", GA4_PATH, b"x", {**json_headers, "CONTENT_LENGTH": str(GA4_MAX_BODY_BYTES + 1)}
+    )
     too_large = f"413 {http.HTTPStatus(413).phrase}"
     assert (status, out) == (too_large, f"body larger than {GA4_MAX_BODY_BYTES} bytes\n".encode())
     # Without a length (a server that delimits the body itself), the cap is enforced while reading.
     big = b" " * (GA4_MAX_BODY_BYTES + 10)
     unframed = {"CONTENT_TYPE": "application/json", "wsgi.input_terminated": True}
-    status, _ = _call(app, "POST", GA4_PATH, big, unframed)  # type: ignore[arg-type]
+    status, _ = call_wsgi(app, "POST", GA4_PATH, big, unframed)  # type: ignore[arg-type]
     assert status.startswith("413")
     # /v1/batch keeps its own, larger cap: the same body is read there, and refused as not JSON.
     framed = {"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(big))}
-    assert _call(app, "POST", "/v1/batch", big, framed) == ("400 Bad Request", b"not JSON\n")
-    assert _call(app, "POST", GA4_PATH, big, framed)[0].startswith("413")
-    status, out = _call(app, "POST", GA4_PATH, b'{"client_id": 1}', {**json_headers, "CONTENT_LENGTH": "16"})
+    assert call_wsgi(app, "POST", "/v1/batch", big, framed) == ("400 Bad Request", b"not JSON\n")
+    assert call_wsgi(app, "POST", GA4_PATH, big, framed)[0].startswith("413")
+    status, out = call_wsgi(app, "POST", GA4_PATH, b'{"client_id": 1}', {**json_headers, "CONTENT_LENGTH": "16"})
     assert (status, out) == ("400 Bad Request", b'expected exactly the keys "client_id" and "events"\n')
     assert app.store.count() == (1, 1)  # type: ignore[attr-defined]
 
@@ -476,12 +477,12 @@ def test_server_never_stores_logs_or_echoes_the_query_or_the_address(
 
 
 def test_ga4_payloads_are_forwarded_once(db: Path) -> None:
-    fake = _FakeGA4()
+    fake = FakeGA4()
     thread = threading.Thread(target=fake.serve_forever, daemon=True)
     thread.start()
     try:
         endpoint = f"http://127.0.0.1:{fake.server_address[1]}/mp/collect"
-        forward = GA4Forwarder(measurement_id="G-FORWARD1", api_secret="fwd", endpoint=endpoint, clock=lambda: NOW)
+        forward = GA4Forwarder(measurement_id="G-FORWARD1", api_secret="fwd", endpoint=endpoint, clock=lambda: GA4_NOW)
         with serve(db, forward=forward, policy=GA4_POLICY) as srv:
             events = [event(client=i % 2, when=f"2026-12-03T08:15:{i:02d}Z", app_version=f"5.{i}") for i in range(30)]
             sent = bodies(events)
@@ -518,8 +519,8 @@ def test_wsgi_body_must_match_its_length(tmp_path: Path) -> None:
     (body,) = bodies([event()])
     for length in (0, 1, len(body) - 1, len(body) + 1):
         headers = {"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(length)}
-        assert _call(app, "POST", GA4_PATH, body, headers)[0].startswith("400"), length
-    assert _call(app, "POST", GA4_PATH, body, {**headers, "CONTENT_LENGTH": str(len(body))})[0].startswith("204")
+        assert call_wsgi(app, "POST", GA4_PATH, body, headers)[0].startswith("400"), length
+    assert call_wsgi(app, "POST", GA4_PATH, body, {**headers, "CONTENT_LENGTH": str(len(body))})[0].startswith("204")
 
 
 @pytest.fixture(scope="module")
@@ -532,7 +533,7 @@ def ga4_fuzz_app(tmp_path_factory: pytest.TempPathFactory) -> object:
 def test_fuzz_wsgi_body_and_query(ga4_fuzz_app: object, body: bytes, secret: str) -> None:
     query = f"measurement_id=G-FUZZ&api_secret={secret}"
     headers = {"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)), "QUERY_STRING": query}
-    status, out = _call(ga4_fuzz_app, "POST", GA4_PATH, body, headers)
+    status, out = call_wsgi(ga4_fuzz_app, "POST", GA4_PATH, body, headers)
     assert status.startswith("400"), (status, out)
     assert b"api_secret" not in out
     assert b"G-FUZZ" not in out

@@ -24,9 +24,9 @@ import pytest
 
 from spool_reporter.collector import stats
 
-from collector.test_collector import PROBE_UA, batch, event, post, probe_headers
-from collector.test_collector_processes import recent
 from support import pg
+from support.collector_server import post
+from support.events import PROBE_UA, batch, event, probe_headers, recent
 from support.polling import stop_process
 
 gunicorn = pytest.importorskip("gunicorn", reason="gunicorn is not installed (pip install 'spool_reporter[collector]')")

@@ -6,12 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import selectors
-import signal
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,62 +17,10 @@ import pytest
 from spool_reporter.collector import MAX_BODY_BYTES, stats
 from spool_reporter.collector._cli import register
 
-from collector.test_collector import (
-    _populate,
-    assert_private,
-    batch,
-    db_bytes,
-    event,
-    post,
-    probe_headers,
-)
+from support.collector_server import Served, post, start_server
+from support.events import assert_private, batch, db_bytes, event, probe_headers, recent, store_sample_events
 
 pytestmark = pytest.mark.timeout(120)
-
-
-class Served:
-    def __init__(self, proc: subprocess.Popen[str], url: str, stderr: Path) -> None:
-        self.proc, self.url, self.stderr = proc, url, stderr
-
-    def stop(self) -> str:
-        """SIGTERM, wait (bounded), return the rest of stdout."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=20)
-        return out
-
-
-def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
-    assert proc.stdout is not None
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    try:
-        if not sel.select(timeout):
-            raise AssertionError("the collector printed nothing in time")
-        return proc.stdout.readline()
-    finally:
-        sel.close()
-
-
-def recent() -> str:
-    """Ten minutes ago, as an event's time: inside a real collector's time window whatever today is."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
-
-
-def start_server(db: Path, env: dict[str, str], tmp: Path, *extra: str) -> Served:
-    stderr = tmp / f"server-{time.monotonic_ns()}.stderr"
-    with stderr.open("wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "spool_reporter.collector", "serve", "--port", "0", "--db", str(db), *extra],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            env=env,
-            text=True,
-            bufsize=1,
-        )
-    line = _read_line(proc, 30)
-    assert re.fullmatch(r"listening on http://127\.0\.0\.1:\d+/v1/batch\n", line), line
-    return Served(proc, line.split()[-1], stderr)
 
 
 @pytest.fixture
@@ -187,7 +131,7 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 def test_cli_stats(tmp_path: Path, sandbox: object) -> None:
     env = sandbox.env  # type: ignore[attr-defined]
     db = tmp_path / "c.sqlite3"
-    _populate(db)
+    store_sample_events(db)
     report = tmp_path / "report.html"
     done = _cli(env, "stats", "--db", str(db), "--json", "--html", str(report))
     assert done.returncode == 0

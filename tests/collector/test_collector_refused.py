@@ -19,7 +19,7 @@ import pytest
 
 from spool_reporter import App
 
-from collector.test_collector_processes import start_server
+from support.collector_server import start_server
 from support.commands import spool_command
 from support.servers import Server, fill, with_destination
 

@@ -22,47 +22,12 @@ from spool_reporter.collector import CollectorError, Retention, open_store, stat
 from spool_reporter.collector._rollup import check_retention, closing_week, rollup
 from spool_reporter.collector._store import LATE, SCHEMA_VERSION, Row, Store, this_week, week_before, week_of_valid
 
-from collector.test_collector import det_uuid4
 from support import pg
+from support.events import DAY, ROLLUP_MAX_AGE, ROLLUP_NOW, row
 from support.fixtures import BACKENDS
 from support.polling import wait_for
 
-DAY = 86400.0
-NOW = datetime.datetime(2027, 3, 3, 12, tzinfo=datetime.timezone.utc).timestamp()  # a Wednesday of 2027-W09
-MAX_AGE = 30 * DAY
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
-
-
-def row(
-    client: object,
-    when: float,
-    *,
-    app: str = "Django",
-    version: str = "5.2",
-    python: str = "3.12",
-    os_name: str = "Linux",
-    name: str = "runserver",
-    n: object = 0,
-    impl: str | None = None,
-) -> Row:
-    """One stored row (the store takes rows as validated; these are valid) at epoch ``when``; ``impl`` is the
-    Python implementation (by default PyPy for 3.10, CPython otherwise)."""
-    time_text = iso_time(when)
-    impl = impl or ("PyPy" if python == "3.10" else "CPython")
-    return (
-        det_uuid4("event", client, when, name, app, version, impl, python, os_name, n),
-        name,
-        app,
-        version,
-        impl,
-        python,
-        os_name,
-        "6.1",
-        "x86_64",
-        det_uuid4("client", client),
-        time_text,
-        week_of_valid(time_text),
-    )
 
 
 @pytest.fixture
@@ -75,10 +40,10 @@ def store(db_url: str) -> Iterator[Store]:
 
 
 def history() -> list[Row]:
-    """Ten weeks before :data:`NOW`: developers coming and going, upgrading mid-week, two applications."""
+    """Ten weeks before :data:`ROLLUP_NOW`: developers coming and going, upgrading mid-week, two applications."""
     rows: list[Row] = []
     for back in range(10):
-        when = NOW - (back * 7 + 1) * DAY
+        when = ROLLUP_NOW - (back * 7 + 1) * DAY
         for dev in range(12 + back):
             version = "4.2" if dev % 5 == 0 else "6.0" if dev % 7 == 0 else "5.2"
             os_name = "macOS" if dev % 3 == 0 else "Windows" if dev % 11 == 0 else "Linux"
@@ -104,18 +69,18 @@ def test_weeks_close_when_their_last_event_is_too_old() -> None:
     # 2027-W04 ends on Monday 2027-02-01 00:00; with a 28-day window it closes exactly 28 days later.
     assert closing_week(monday, 28 * DAY) == "2027-W04"
     assert closing_week(monday - 1, 28 * DAY) == "2027-W03"
-    assert closing_week(NOW, MAX_AGE) == "2027-W04"  # 30 days before Wednesday of W09 is in W05
+    assert closing_week(ROLLUP_NOW, ROLLUP_MAX_AGE) == "2027-W04"  # 30 days before Wednesday of W09 is in W05
     assert week_before("2027-W01") == "2026-W53"
     assert week_before("2026-W01") == "2025-W52"
 
 
 def test_retention_must_outlast_the_window() -> None:
-    assert check_retention(Retention(), MAX_AGE) == Retention()
+    assert check_retention(Retention(), ROLLUP_MAX_AGE) == Retention()
     with pytest.raises(CollectorError, match="at least a week longer than the maximum event age"):
-        check_retention(Retention(retain_days=36), MAX_AGE)
+        check_retention(Retention(retain_days=36), ROLLUP_MAX_AGE)
     for bad in (Retention(retain_days=float("nan")), Retention(rollup_every=-1), Retention(retain_days=1e9)):
         with pytest.raises(CollectorError, match="not usable numbers"):
-            check_retention(bad, MAX_AGE)
+            check_retention(bad, ROLLUP_MAX_AGE)
 
 
 # -- the numbers ------------------------------------------------------------------------------------------------
@@ -126,7 +91,7 @@ def test_rollup_gives_the_numbers_of_the_raw_events(store: Store) -> None:
     store.set_first_week("2026-W50")  # releases from a fixed week, whatever the day the tests run
     before = both_ways(store)
     assert before[0] == before[1]
-    done = rollup(store, now=NOW, max_age=MAX_AGE)
+    done = rollup(store, now=ROLLUP_NOW, max_age=ROLLUP_MAX_AGE)
     assert done.ran
     assert done.closed_through == "2027-W04"
     assert done.rolled == ("2026-W53", "2027-W01", "2027-W02", "2027-W03", "2027-W04")
@@ -143,7 +108,7 @@ def test_rollup_gives_the_numbers_of_the_raw_events(store: Store) -> None:
     assert provisional == {"2027-W05", "2027-W06", "2027-W07", "2027-W08"}
     assert done.release_error == ""
     # Again: nothing left to do, nothing changes, and no release is made twice.
-    again = rollup(store, now=NOW, max_age=MAX_AGE)
+    again = rollup(store, now=ROLLUP_NOW, max_age=ROLLUP_MAX_AGE)
     assert (again.ran, again.rolled, again.deleted, again.released) == (True, (), 0, ())
     assert both_ways(store)[0] == before[0]
 
@@ -151,7 +116,7 @@ def test_rollup_gives_the_numbers_of_the_raw_events(store: Store) -> None:
 def test_the_rollup_holds_no_client_id(store: Store) -> None:
     rows = history()
     store.insert(rows)
-    rollup(store, now=NOW, max_age=MAX_AGE)
+    rollup(store, now=ROLLUP_NOW, max_age=ROLLUP_MAX_AGE)
     ids = {r[9] for r in rows} | {r[0] for r in rows}
     with store.reading() as reader:
         text = json.dumps(
@@ -181,7 +146,7 @@ def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], str]:
     events=st.lists(
         st.tuples(
             st.integers(0, 14),  # developer
-            st.integers(0, 9 * 7 * 24),  # hours before NOW
+            st.integers(0, 9 * 7 * 24),  # hours before ROLLUP_NOW
             st.sampled_from(["4.2", "5.2", "6.0"]),
             st.sampled_from(["3.10", "3.11", "3.12"]),
             st.sampled_from(["Linux", "macOS", "Windows"]),
@@ -200,22 +165,22 @@ def test_rolled_up_equals_raw_for_any_history(
     try:
         rows = sorted(
             (
-                row(("d", d), NOW - hours * 3600, version=v, python=py, os_name=o, name=name, n=k)
+                row(("d", d), ROLLUP_NOW - hours * 3600, version=v, python=py, os_name=o, name=name, n=k)
                 for k, (d, hours, v, py, o, name) in enumerate(events)
             ),
             key=lambda r: r[10],
         )
         done = 0
         for cut in [*sorted(set(cuts), reverse=True), 0]:
-            upto = sum(1 for r in rows if r[10] <= iso_time(NOW - cut * 3600))
+            upto = sum(1 for r in rows if r[10] <= iso_time(ROLLUP_NOW - cut * 3600))
             store.insert(rows[done:upto])
             done = upto
             if upto:
                 last = datetime.datetime.strptime(rows[upto - 1][10], "%Y-%m-%dT%H:%M:%SZ")
-                clock = last.replace(tzinfo=datetime.timezone.utc).timestamp() + MAX_AGE - 1
-                rollup(store, now=clock, max_age=MAX_AGE)
+                clock = last.replace(tzinfo=datetime.timezone.utc).timestamp() + ROLLUP_MAX_AGE - 1
+                rollup(store, now=clock, max_age=ROLLUP_MAX_AGE)
                 assert both_ways(store)[0] == both_ways(store)[1]
-        rollup(store, now=NOW + 9 * 7 * DAY, max_age=MAX_AGE)
+        rollup(store, now=ROLLUP_NOW + 9 * 7 * DAY, max_age=ROLLUP_MAX_AGE)
         rolled, raw = both_ways(store)
         assert rolled == raw
         assert store.rollup_state().rolled_through >= (rows[-1][11] if rows else "")
@@ -224,24 +189,24 @@ def test_rolled_up_equals_raw_for_any_history(
 
 
 def test_a_closed_week_takes_no_more_events(store: Store) -> None:
-    old = [row(("dev", i), NOW - 40 * DAY) for i in range(3)]  # 2027-W04, closed at NOW
+    old = [row(("dev", i), ROLLUP_NOW - 40 * DAY) for i in range(3)]  # 2027-W04, closed at ROLLUP_NOW
     store.insert(old)
-    rollup(store, now=NOW, max_age=MAX_AGE)
+    rollup(store, now=ROLLUP_NOW, max_age=ROLLUP_MAX_AGE)
     numbers = both_ways(store)[0]
-    late = [row(("late", i), NOW - 40 * DAY) for i in range(4)]
-    inserted = store.insert([*late, old[0], late[0]], now=NOW)  # a re-sent event is a duplicate, not a refusal
+    late = [row(("late", i), ROLLUP_NOW - 40 * DAY) for i in range(4)]
+    inserted = store.insert([*late, old[0], late[0]], now=ROLLUP_NOW)  # a re-sent event is a duplicate, not a refusal
     assert (inserted.added, inserted.limited) == (0, 4)
-    assert store.refusals()[week_of_valid(iso_time(NOW))] == {LATE: 4}
+    assert store.refusals()[week_of_valid(iso_time(ROLLUP_NOW))] == {LATE: 4}
     assert both_ways(store)[0]["weeks"] == numbers["weeks"]
     assert store.count()[0] == 3
-    fresh = store.insert([row(("new", 1), NOW - DAY)])  # an open week still takes events
+    fresh = store.insert([row(("new", 1), ROLLUP_NOW - DAY)])  # an open week still takes events
     assert fresh.added == 1
 
 
 def test_closing_waits_for_the_inserts_in_flight(store: Store) -> None:
     """Batches of a week keep arriving while that week closes: each is stored before the close and counted in
     the roll-up, or refused after it; none is stored and left out of the numbers."""
-    week_start = NOW - 40 * DAY
+    week_start = ROLLUP_NOW - 40 * DAY
     stop = threading.Event()
     errors: list[BaseException] = []
     stored = [0, 0, 0]  # per feeding thread
@@ -252,7 +217,7 @@ def test_closing_waits_for_the_inserts_in_flight(store: Store) -> None:
                 if stop.is_set():
                     return
                 rows = [row(("feed", k, i, j), week_start + j, n=(k, i, j)) for j in range(5)]
-                stored[k] += store.insert(rows, now=NOW).added
+                stored[k] += store.insert(rows, now=ROLLUP_NOW).added
         except BaseException as exc:
             errors.append(exc)
 
@@ -261,9 +226,13 @@ def test_closing_waits_for_the_inserts_in_flight(store: Store) -> None:
         t.start()
     try:
         wait_for(lambda: sum(stored) >= 30 or errors, timeout=60)  # the close happens while they insert
-        done = rollup(store, now=NOW, max_age=MAX_AGE)
-        refused_before = store.refusals().get(week_of_valid(iso_time(NOW)), {}).get(LATE, 0)
-        wait_for(lambda: store.refusals().get(week_of_valid(iso_time(NOW)), {}).get(LATE, 0) > refused_before or errors)
+        done = rollup(store, now=ROLLUP_NOW, max_age=ROLLUP_MAX_AGE)
+        refused_before = store.refusals().get(week_of_valid(iso_time(ROLLUP_NOW)), {}).get(LATE, 0)
+        wait_for(
+            lambda: (
+                store.refusals().get(week_of_valid(iso_time(ROLLUP_NOW)), {}).get(LATE, 0) > refused_before or errors
+            )
+        )
     finally:
         stop.set()
         for t in threads:
@@ -277,12 +246,12 @@ def test_closing_waits_for_the_inserts_in_flight(store: Store) -> None:
 
 def test_retention_deletes_old_events_and_keeps_their_numbers(store: Store) -> None:
     store.insert(history())
-    rollup(store, now=NOW, max_age=MAX_AGE)
+    rollup(store, now=ROLLUP_NOW, max_age=ROLLUP_MAX_AGE)
     numbers = both_ways(store)[0]
     total = store.count()[0]
     keep = Retention().retain_days * DAY
-    later = NOW + keep - 8 * 7 * DAY  # the oldest weeks are now past the default retention
-    done = rollup(store, now=later, max_age=MAX_AGE)
+    later = ROLLUP_NOW + keep - 8 * 7 * DAY  # the oldest weeks are now past the default retention
+    done = rollup(store, now=later, max_age=ROLLUP_MAX_AGE)
     assert done.deleted > 0
     assert store.count()[0] == total - done.deleted
     with store.reading() as reader:
@@ -303,7 +272,7 @@ def test_retention_deletes_old_events_and_keeps_their_numbers(store: Store) -> N
 
 def test_a_short_retention_is_refused() -> None:
     with pytest.raises(CollectorError, match="at least a week longer"):
-        rollup(None, now=NOW, max_age=MAX_AGE, retention=Retention(retain_days=20))  # type: ignore[arg-type]
+        rollup(None, now=ROLLUP_NOW, max_age=ROLLUP_MAX_AGE, retention=Retention(retain_days=20))  # type: ignore[arg-type]
 
 
 def test_one_rollup_at_a_time(store: Store, db_url: str) -> None:
@@ -312,8 +281,8 @@ def test_one_rollup_at_a_time(store: Store, db_url: str) -> None:
     try:
         with other.rollup_lock() as held:
             assert held
-            assert rollup(store, now=NOW, max_age=MAX_AGE).ran is False
-        assert rollup(store, now=NOW, max_age=MAX_AGE).ran is True
+            assert rollup(store, now=ROLLUP_NOW, max_age=ROLLUP_MAX_AGE).ran is False
+        assert rollup(store, now=ROLLUP_NOW, max_age=ROLLUP_MAX_AGE).ran is True
     finally:
         other.close()
 
@@ -345,7 +314,7 @@ def test_rollup_from_an_old_schema(tmp_path: Path) -> None:
         assert store.schema_version() == SCHEMA_VERSION
         with store.reading() as view:  # schema 4 keeps the day of an event, never its second
             assert view.query("SELECT DISTINCT length(time) FROM events") == [(10,)]
-        rollup(store, now=NOW, max_age=MAX_AGE)
+        rollup(store, now=ROLLUP_NOW, max_age=ROLLUP_MAX_AGE)
         assert stats(store).as_dict() == raw
     finally:
         store.close()
@@ -373,7 +342,7 @@ def test_rollup_command(db_url: str) -> None:
         store.close()
     done = _rollup_cli(db_url)
     assert (done.returncode, done.stderr) == (0, "")
-    closed = closing_week(now, MAX_AGE)
+    closed = closing_week(now, ROLLUP_MAX_AGE)
     assert re.fullmatch(
         rf".*: closed through {closed}; \d weeks? rolled up \(\d{{4}}-W\d\d to \d{{4}}-W\d\d\); 0 events older "
         r"than 430 days deleted\n",
@@ -529,11 +498,11 @@ def test_the_default_retention_releases_every_year() -> None:
         when = datetime.datetime.combine(closing, datetime.time(), datetime.timezone.utc).timestamp()
         released = []
         for slack in (1, 28):  # the first roll-up after the week closed, and one four weeks late
-            now = when + MAX_AGE + slack * DAY
+            now = when + ROLLUP_MAX_AGE + slack * DAY
             plans = due(
                 now=now,
                 first_week=f"{year - 1}-W40",
-                closed_through=closing_week(now, MAX_AGE),
+                closed_through=closing_week(now, ROLLUP_MAX_AGE),
                 retain_days=retain,
                 epsilon=1.0,
                 made=set(),

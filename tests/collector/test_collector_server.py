@@ -19,8 +19,8 @@ import pytest
 
 from spool_reporter.collector import CollectorServer, make_app, serve
 
-from collector.test_collector import HTTP, POLICY, batch, event, post
-from collector.test_collector_processes import recent, start_server
+from support.collector_server import HTTP, post, start_server
+from support.events import POLICY, batch, event, recent, rows_of
 
 SLOW_CLIENTS = 64
 """The connection limit of the old thread-per-connection server, which 64 trickling clients filled."""
@@ -199,8 +199,6 @@ def test_cli_help_names_the_command_that_works(tmp_path: Path) -> None:
 def test_one_of_each_is_singular(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from spool_reporter.collector import open_store, render_html, stats
     from spool_reporter.collector._cli import main
-
-    from collector.test_collector import rows_of
 
     db = tmp_path / "one.sqlite3"
     store = open_store(db)

@@ -19,7 +19,8 @@ import pytest
 from spool_reporter.collector import CollectorError, Limits, Policy, StoreClosed, make_app, open_store, stats
 from spool_reporter.collector._store import COLUMNS, OVER_CAP, SCHEMA_VERSION, Row, Store, redact
 
-from collector.test_collector import CLOCK, POLICY, _call, _populate, batch, event, rows_of
+from support.collector_server import call_wsgi
+from support.events import CLOCK, POLICY, batch, event, rows_of, store_sample_events
 from support.users import AS_NOBODY, ROOT_WITH_SETPRIV
 
 
@@ -177,7 +178,7 @@ def test_a_forked_child_goes_on_with_the_store_it_inherited(db_url: str, opened:
 
 def test_statistics_are_the_same_on_both(db_url: str, opened: list[Store], tmp_path: Path) -> None:
     reference = tmp_path / "reference.sqlite3"
-    _populate(reference)
+    store_sample_events(reference)
     store = open_(db_url, opened)
     ref = open_(str(reference), opened)
     with ref.reading() as reader:
@@ -299,13 +300,11 @@ def test_reading_an_empty_database_is_an_error(db_url: str) -> None:
 
 
 def test_the_wsgi_app_runs_on_both(db_url: str) -> None:
-    from collector.test_collector import _call
-
     app = make_app(db_url, policy=POLICY)
     try:
         body = batch([event(), event(name="migrate", valid=False)])
         headers = {"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body))}
-        status, out = _call(app, "POST", "/v1/batch", body, headers)
+        status, out = call_wsgi(app, "POST", "/v1/batch", body, headers)
         assert (status, out) == (
             "200 OK",
             b'{"accepted": 1, "duplicates": 0, "rejected": 1, "refused": {"command": 1}}',
@@ -322,8 +321,6 @@ def test_the_public_routes_run_on_both(db_url: str, tmp_path: Path) -> None:
 
     from spool_reporter.collector import public
 
-    from collector.test_collector import _call
-
     events = []
     for w, when in enumerate(("2026-12-01T10:00:00Z", "2026-12-08T10:00:00Z", "2026-12-15T10:00:00Z")):
         for i in range(6 if w == 1 else 45):
@@ -337,8 +334,8 @@ def test_the_public_routes_run_on_both(db_url: str, tmp_path: Path) -> None:
         try:
             app.store.set_first_week("2026-W49")
             headers = {"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body))}
-            assert _call(app, "POST", "/v1/batch", body, headers)[0] == "200 OK"
-            status, out = _call(app, "GET", "/v1/stats", b"", {})
+            assert call_wsgi(app, "POST", "/v1/batch", body, headers)[0] == "200 OK"
+            status, out = call_wsgi(app, "GET", "/v1/stats", b"", {})
             assert status == "200 OK"
             assert json.loads(out)["weeks"] == []  # nothing released yet: no week has ended by POLICY's clock
             assert app.wait_rollup(30)  # the batch started one (with the old clock): let it finish
@@ -346,11 +343,11 @@ def test_the_public_routes_run_on_both(db_url: str, tmp_path: Path) -> None:
             fresh = make_app(db, policy=later)  # a new process: no answer built before the releases
             try:
                 assert fresh.rollup().ran
-                status, out = _call(fresh, "GET", "/v1/stats", b"", {})
+                status, out = call_wsgi(fresh, "GET", "/v1/stats", b"", {})
                 assert status == "200 OK"
                 doc = json.loads(out)
                 assert doc == json.loads(json.dumps(public(app.store)))
-                assert _call(fresh, "GET", "/", b"", {})[0] == "200 OK"
+                assert call_wsgi(fresh, "GET", "/", b"", {})[0] == "200 OK"
             finally:
                 fresh.store.close()
             shapes[name] = [(w["week"], w["release"], sorted(w["by_os"])) for w in doc["weeks"]]
@@ -476,7 +473,7 @@ def test_only_the_day_of_an_event_is_stored(db_url: str) -> None:
         events = [event(client=("dev", i), when=f"2026-12-0{1 + i}T{10 + i}:3{i}:5{i}Z") for i in range(3)]
         body = batch(events)
         headers = {"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body))}
-        assert _call(app, "POST", "/v1/batch", body, headers)[0] == "200 OK"
+        assert call_wsgi(app, "POST", "/v1/batch", body, headers)[0] == "200 OK"
         with app.store.reading() as reader:
             stored = sorted(str(t) for (t,) in reader.query("SELECT time FROM events"))
         assert stored == ["2026-12-01", "2026-12-02", "2026-12-03"]

@@ -32,8 +32,8 @@ import urllib3
 from spool_reporter.collector import CollectorServer, Retention, serve
 from spool_reporter.collector._store import LOCK_WAIT_S, REQUEST_WAIT_S
 
-from collector.test_collector import POLICY, batch, det_uuid4, event
 from support import pg
+from support.events import POLICY, batch, det_uuid4, event
 
 MARGIN_S = 3.0
 """What a loaded machine may add to a bound (thread switches, the watchdog's own wake-up)."""

@@ -57,60 +57,12 @@ from spool_reporter.collector._release import (
     week_counts,
 )
 from spool_reporter.collector._rollup import closing_week
-from spool_reporter.collector._store import Release, Row, Store
+from spool_reporter.collector._store import Release, Store
 
-from collector.test_collector_rollup import row
+from support.events import DAY, at, event_row, monday, week_after
+from support.releases import flat
 
-DAY = 86400.0
-
-
-# -- helpers shared with test_public_routes.py and test_public_privacy.py ------------------------------------------
-
-
-def monday(week: str) -> datetime.date:
-    """The Monday of an ISO week (``"2027-W05"``)."""
-    year, num = week.split("-W")
-    return datetime.date.fromisocalendar(int(year), int(num), 1)
-
-
-def week_after(week: str, weeks: int = 1) -> str:
-    year, num, _ = (monday(week) + datetime.timedelta(weeks=weeks)).isocalendar()
-    return f"{year:04d}-W{num:02d}"
-
-
-def at(day: datetime.date, hour: float = 12.0) -> float:
-    """Epoch seconds of ``hour`` o'clock UTC on ``day``."""
-    midnight = datetime.datetime(day.year, day.month, day.day, tzinfo=datetime.timezone.utc)
-    return midnight.timestamp() + hour * 3600
-
-
-def event_row(
-    client: object,
-    day: datetime.date,
-    *,
-    app: str = "Django",
-    version: str = "5.2",
-    python: str = "CPython 3.12",
-    os_name: str = "Linux",
-    name: str = "runserver",
-    n: object = 0,
-) -> Row:
-    """One stored row (the store takes rows as validated) of ``client`` on ``day``; ``python`` is
-    ``"<implementation> <version>"`` as the releases name it."""
-    impl, _, python_version = python.partition(" ")
-    return row(
-        client, at(day), app=app, version=version, python=python_version, impl=impl, os_name=os_name, name=name, n=n
-    )
-
-
-def flat(counts: tuple[int, dict[str, dict[str, int]]]) -> dict[tuple[str, str], int]:
-    """:func:`week_counts`' answer as one vector: ("developers", "") and (breakdown, value) -> count."""
-    total, cells = counts
-    out = {("developers", ""): total}
-    for name in BREAKDOWNS:
-        for value, n in cells[name].items():
-            out[name, value] = n
-    return out
+# -- the distributions the noise must follow -----------------------------------------------------------------------
 
 
 def discrete_laplace_pmf(scale: float) -> Callable[[int], float]:

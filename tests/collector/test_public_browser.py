@@ -33,14 +33,15 @@ from spool_reporter.collector._report import render_public
 from spool_reporter.collector._store import Row
 from spool_reporter.collector._svg import LABEL_Y
 
-from collector.test_collector_processes import start_server
-from collector.test_collector_rollup import DAY, row
-from collector.test_public_page import HOSTILE, NOW, START, _hostile_releases, close_released, population, released  # noqa: F401 - close_released: the fixture, here too
 from support.cdp import Browser, Page, find_chromium
+from support.collector_server import start_server
+from support.events import DAY, row
+from support.releases import HOSTILE, PAGE_NOW, PAGE_START, hostile_releases, population, released
 
 CHROMIUM = find_chromium()
 pytestmark = [
     pytest.mark.timeout(180),
+    pytest.mark.usefixtures("close_released"),
     pytest.mark.skipif(
         CHROMIUM is None,
         reason="Chromium is not installed (Debian: apt-get install chromium; .ci/run installs it when missing)",
@@ -73,7 +74,7 @@ def page(browser: Browser) -> Iterator[Page]:
 
 
 @contextlib.contextmanager
-def serving(tmp_path: Path, env: dict[str, str], rows: list[Row], *extra: str, now: float = NOW) -> Iterator[str]:
+def serving(tmp_path: Path, env: dict[str, str], rows: list[Row], *extra: str, now: float = PAGE_NOW) -> Iterator[str]:
     """``collector serve --port 0`` as a real process over a database holding ``rows`` and the releases the real
     roll-up made at ``now`` (``--rollup-every 0``: the server makes none by its own clock); yields its base URL."""
     db = tmp_path / f"collector-{len(rows)}-{now:.0f}.sqlite3"
@@ -248,7 +249,7 @@ def served_get(url: str) -> bytes:
 
 
 def test_nothing_released_in_the_browser(page: Page, tmp_path: Path) -> None:
-    store = released(tmp_path / "c.sqlite3", [], now=START)  # 2026-W40 has not ended
+    store = released(tmp_path / "c.sqlite3", [], now=PAGE_START)  # 2026-W40 has not ended
     path = tmp_path / "empty.html"
     path.write_text(render_public(document(store.releases("Django"), Publishing())), encoding="utf-8")
     page.viewport(390, 900)
@@ -267,7 +268,7 @@ def test_nothing_released_in_the_browser(page: Page, tmp_path: Path) -> None:
 def test_hostile_values_stay_inert_in_the_browser(page: Page, tmp_path: Path) -> None:
     store = released(tmp_path / "c.sqlite3", population(900))
     public_page = render_public(
-        document(_hostile_releases(store), Publishing(app="W" * 120 + HOSTILE[0], licence=HOSTILE[1]))
+        document(hostile_releases(store), Publishing(app="W" * 120 + HOSTILE[0], licence=HOSTILE[1]))
     )
     weeks = [
         Week(
@@ -331,7 +332,7 @@ week: nine named columns, "other" and the folded values, the widest table a week
 
 
 def test_every_column_of_the_widest_table_is_in_sight_on_a_phone(page: Page, tmp_path: Path, sandbox: object) -> None:
-    rows = [row(c, START + (c % 14) * DAY, version=WIDE_VERSIONS[c % len(WIDE_VERSIONS)]) for c in range(4000)]
+    rows = [row(c, PAGE_START + (c % 14) * DAY, version=WIDE_VERSIONS[c % len(WIDE_VERSIONS)]) for c in range(4000)]
     with serving(tmp_path, sandbox.env, rows) as base:  # type: ignore[attr-defined]
         for width in (360, 390):
             page.viewport(width, 900)
@@ -376,7 +377,7 @@ def _page_text(page: Page, url: str) -> str:
 def test_few_developers_say_fewer_than_n_and_when_the_page_changes(page: Page, tmp_path: Path, sandbox: object) -> None:
     # Five developers a week, shown from 200 on: the noise (scale 12) would take a week's total of five to the
     # margin (37) in about one week in thirty, to 200 practically never, so every week says "fewer than 200".
-    rows = [row(c, START + (c % 60) * DAY) for c in range(45)]
+    rows = [row(c, PAGE_START + (c % 60) * DAY) for c in range(45)]
     with serving(tmp_path, sandbox.env, rows, "--min-count", "200") as base:  # type: ignore[attr-defined]
         doc = json.loads(served_get(base + "/v1/stats"))
         assert {w["developers"].get("fewer_than") for w in doc["weeks"]} == {200}
@@ -396,8 +397,8 @@ def test_few_developers_say_fewer_than_n_and_when_the_page_changes(page: Page, t
 def test_nothing_released_says_when_the_first_release_is_due(page: Page, tmp_path: Path, sandbox: object) -> None:
     # Developers below any threshold, in a week that has not ended: nothing is released, and the page says
     # nothing about them -- neither "0" nor "fewer than N", which would be a statement about the data.
-    rows = [row(c, START) for c in range(3)]
-    with serving(tmp_path, sandbox.env, rows, now=START) as base:  # type: ignore[attr-defined]
+    rows = [row(c, PAGE_START) for c in range(3)]
+    with serving(tmp_path, sandbox.env, rows, now=PAGE_START) as base:  # type: ignore[attr-defined]
         doc = json.loads(served_get(base + "/v1/stats"))
         assert (doc["made"], doc["first_week"], doc["weeks"]) == (None, "2026-W40", [])
         text = _page_text(page, base + "/")

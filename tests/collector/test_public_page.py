@@ -29,36 +29,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spool_reporter.collector import Publishing, Stats, Week, open_store, public, render_html
+from spool_reporter.collector import Publishing, Stats, Week, public, render_html
 from spool_reporter.collector._public import document
 from spool_reporter.collector._report import CSP, CSP_HEADER, MAX_SERIES, render_public
 from spool_reporter.collector._rollup import rollup
-from spool_reporter.collector._store import Release, Row, Store
+from spool_reporter.collector._store import Store
 from spool_reporter.collector._svg import nice_max
 
-from collector.test_collector_rollup import DAY, row
+from support.events import DAY
+from support.releases import HOSTILE, OPENED, PAGE_NOW, PAGE_START, SECTIONS, hostile_releases, population, released
+
+pytestmark = pytest.mark.usefixtures("close_released")
+
 
 SVG = "{http://www.w3.org/2000/svg}"
 UTC = datetime.timezone.utc
-START = datetime.datetime(2026, 10, 1, 12, tzinfo=UTC).timestamp()
-"""The first day of events (a Thursday of 2026-W40)."""
-NOW = datetime.datetime(2026, 12, 4, 12, tzinfo=UTC).timestamp()
-"""When the roll-up runs: 2026-W40 to W44 are closed (final), W45 to W48 have ended (provisional), 2026-10 too."""
 WHEN = datetime.datetime(2026, 12, 7, 9, 30, tzinfo=UTC)
-BREAKDOWNS = {"by_django": "versions", "by_python": "python", "by_os": "os"}
-"""Breakdown -> the id of its section."""
 DASH = "\u2013"
 
-HOSTILE = [
-    '<script>alert("x")</script>',
-    '"><img src=x onerror=alert(1)>',
-    "</style><script>alert(2)</script>",
-    "' onmouseover='alert(3)",
-    "]]><!-- &amp; -->",
-    "</title></svg><iframe src=//example.org>",
-]
-"""Values a client or a tampered database could hold (the validation upstream refuses them; the page must not
-rely on that)."""
 
 # Every element the pages may contain: anything else (script, img, iframe, link, object, ...) is an injection.
 ALLOWED_TAGS = {
@@ -72,45 +60,9 @@ LINK = re.compile(r"(https://spdx\.org/licenses/[A-Za-z0-9.+-]+\.html|https?://[
 """The links the public page may hold: the licence (SPDX's page, or the operator's URL) and its own routes."""
 
 
-def population(developers: int = 3000, *, days: int = 60) -> list[Row]:
-    """``developers`` developers, each with one event on one of ``days`` days from :data:`START`, on three Django
-    versions, two Pythons and Linux (the example of the brief)."""
-    return [
-        row(c, START + (c % days) * DAY, version=["5.2", "4.2", "6.0"][c % 3], python=["3.12", "3.10"][c % 2])
-        for c in range(developers)
-    ]
-
-
-OPENED: list[Store] = []
-"""The stores :func:`released` opened: :func:`close_released` closes those of each test (Python 3.13 warns of a
-SQLite connection left open, and the warnings are errors here)."""
-
-
-def released(path: Path, rows: list[Row], *, publishing: Publishing | None = None, now: float = NOW) -> Store:
-    """A SQLite store holding ``rows`` and the releases the real roll-up makes at ``now`` (from 2026-W40); closed
-    at the end of the test that made it (:func:`close_released`)."""
-    store = open_store(str(path))
-    OPENED.append(store)
-    store.set_first_week("2026-W40")
-    if rows:
-        store.insert(rows)
-    done = rollup(store, now=now, publishing=publishing)
-    assert done.release_error == ""
-    return store
-
-
-@pytest.fixture(autouse=True)
-def close_released() -> Iterator[None]:
-    """Close the stores a test made with :func:`released` (the module's own :func:`store` was made before)."""
-    before = len(OPENED)
-    yield
-    while len(OPENED) > before:
-        OPENED.pop().close()
-
-
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
-    """3000 developers over October and November 2026, released at :data:`NOW` with the default settings."""
+    """3000 developers over October and November 2026, released at :data:`PAGE_NOW` with the default settings."""
     made = released(tmp_path_factory.mktemp("public") / "c.sqlite3", population())
     OPENED.remove(made)  # the module's: closed when the module is done
     yield made
@@ -273,7 +225,7 @@ def test_cells_below_the_threshold_say_fewer_than_and_nothing_else(doc: dict[str
     root = _parse(page)
     weeks = {w["week"]: w for w in _weeks(doc)}
     folded = 0
-    for name, ident in BREAKDOWNS.items():
+    for name, ident in SECTIONS.items():
         section = _section(root, ident)
         head, *rows = _rows(section)
         values = head[1:-1]
@@ -321,7 +273,7 @@ def test_every_number_below_a_high_threshold_is_hidden(tmp_path: Path) -> None:
     assert list(trend.iter(f"{SVG}path")) == []
     for cells in _rows(trend)[1:]:
         assert cells[1] == "fewer than 1,000,000"
-    for ident in BREAKDOWNS.values():
+    for ident in SECTIONS.values():
         section = _section(root, ident)
         assert list(section.iter(f"{SVG}rect")) == []
         assert "No week has enough developers released to show shares." in _text(section)
@@ -343,7 +295,7 @@ def test_every_number_below_a_high_threshold_is_hidden(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("app", ["Django", "MyTool"])
 def test_nothing_released_says_so(tmp_path: Path, app: str) -> None:
-    store = released(tmp_path / "c.sqlite3", [], now=START)  # 2026-W40 has not ended
+    store = released(tmp_path / "c.sqlite3", [], now=PAGE_START)  # 2026-W40 has not ended
     doc = public(store, publishing=Publishing(app=app))
     assert doc["made"] is None
     page = render_public(doc)
@@ -431,23 +383,8 @@ def test_licence(doc: dict[str, object], licence: str, href: str | None) -> None
 # -- escaping, well-formedness, the policy --------------------------------------------------------------------
 
 
-def _hostile_releases(store: Store) -> list[Release]:
-    """The store's releases, a tampered week (hostile values as cells and as its name) and a tampered month."""
-    releases = store.releases("Django")
-    latest = max((r for r in releases if "-W" in r.period), key=lambda r: r.period)
-    body = json.loads(latest.body)
-    body["period"] = HOSTILE[5]
-    body["made"] = HOSTILE[2]
-    for i, name in enumerate(BREAKDOWNS):
-        body[name] = {**body[name], HOSTILE[i]: 400, HOSTILE[i + 3]: 3}
-    tampered = latest._replace(period="2026-W49", made="2026-12-07T00:00:00Z", body=json.dumps(body))
-    month = next(r for r in releases if r.period == "2026-10")
-    body = {**json.loads(month.body), "period": HOSTILE[1], "made": HOSTILE[0]}
-    return [*(r for r in releases if r is not month), month._replace(body=json.dumps(body)), tampered]
-
-
 def test_hostile_values_stay_text_everywhere(store: Store) -> None:
-    doc = document(_hostile_releases(store), Publishing(app=HOSTILE[3], licence=HOSTILE[4]))
+    doc = document(hostile_releases(store), Publishing(app=HOSTILE[3], licence=HOSTILE[4]))
     page = render_public(doc)
     root = _parse(page)
     text = _text(root)
@@ -537,7 +474,7 @@ def test_a_new_release_changes_the_page(tmp_path: Path) -> None:
     db = tmp_path / "c.sqlite3"
     store = released(db, population(900))
     before = render_public(public(store))
-    rollup(store, now=NOW + 7 * DAY)  # 2026-W49 has ended: its provisional release is made
+    rollup(store, now=PAGE_NOW + 7 * DAY)  # 2026-W49 has ended: its provisional release is made
     after = render_public(public(store))
     assert before != after
     assert "in 2026-W49, provisional." in _text(_parse(after))

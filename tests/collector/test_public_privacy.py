@@ -74,10 +74,10 @@ from spool_reporter.collector._release import (
 )
 from spool_reporter.collector._store import Row, Store, this_week
 
-from collector.test_collector import batch, det_uuid4, event
-from collector.test_collector_processes import Served, _read_line, start_server
-from collector.test_public import at, event_row, flat, monday, week_after
+from support.collector_server import Served, read_line, start_server
+from support.events import at, batch, det_uuid4, event, event_row, monday, week_after
 from support.polling import wait_for
+from support.releases import flat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -507,7 +507,7 @@ def start_eager(db: str, env: dict[str, str], tmp: Path, name: str) -> Served:
         proc = subprocess.Popen(
             [sys.executable, "-c", EAGER, db], stdout=subprocess.PIPE, stderr=err, env=env, text=True, bufsize=1
         )
-    line = _read_line(proc, 30)
+    line = read_line(proc, 30)
     assert line.startswith("listening on http://127.0.0.1:"), (line, stderr.read_text(errors="replace"))
     return Served(proc, line.split()[-1], stderr)
 

@@ -29,8 +29,7 @@ from spool_reporter.collector._sqlite import SQLiteStore
 from spool_reporter.collector._store import Reader
 from spool_reporter.collector._wsgi import Collector
 
-from collector.test_collector import batch, det_uuid4, event
-from collector.test_public import at, monday, week_after
+from support.events import at, batch, det_uuid4, event, monday, week_after
 
 HTTP = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=5, read=20))
 
