@@ -1,0 +1,60 @@
+"""The suite's layout (``tests/README.md``): what the test modules share lives in ``tests/support/`` (or a folder's
+``conftest.py`` for fixtures), so no module imports from another test module or from a ``conftest.py``. Importing a
+test module runs its module-level code and brings its tests and fixtures along, and a newcomer reading the import
+cannot tell a shared helper from a test."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+
+def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
+    """Every module an ``import`` statement anywhere in ``tree`` names (inside functions too), with its line:
+    ``from a.b import c`` names ``a.b`` and ``a.b.c`` (``c`` may be a module)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            found.append((node.lineno, module))
+            found += [(node.lineno, f"{module}.{alias.name}".replace("..", ".")) for alias in node.names]
+    return found
+
+
+def imports_of_tests(source: str) -> list[tuple[int, str]]:
+    """The imports in ``source`` of a test module (``test_*``) or of a ``conftest``."""
+    return sorted(
+        {
+            (line, name)
+            for line, name in imported_modules(ast.parse(source))
+            if (last := name.rsplit(".", 1)[-1]).startswith("test_") or last == "conftest"
+        }
+    )
+
+
+def test_the_check_sees_every_form_of_import() -> None:
+    source = """
+from collector.test_collector import batch
+from client import test_cli
+import faults.test_clock
+from .test_spool import x
+from conftest import sandbox
+def later():
+    from client.test_spawn import flusher_idle
+from support.events import batch
+from collector._helpers import y
+import support.test_data_not_a_test  # a module named test_* is one, wherever it is
+"""
+    assert [line for line, _ in imports_of_tests(source)] == [2, 3, 4, 5, 6, 8, 11]
+
+
+def test_no_module_imports_from_a_test_module() -> None:
+    found = []
+    for path in sorted(TESTS.rglob("*.py")):
+        for line, name in imports_of_tests(path.read_text(encoding="utf-8")):
+            found.append(f"{path.relative_to(TESTS)}:{line}: {name}")
+    assert found == [], "move what is shared into tests/support/ (tests/README.md):\n" + "\n".join(found)
