@@ -6,6 +6,7 @@ cannot tell a shared helper from a test."""
 from __future__ import annotations
 
 import ast
+import textwrap
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
@@ -37,18 +38,20 @@ def imports_of_tests(source: str) -> list[tuple[int, str]]:
 
 
 def test_the_check_sees_every_form_of_import() -> None:
-    source = """
-from collector.test_collector import batch
-from client import test_cli
-import faults.test_clock
-from .test_spool import x
-from conftest import sandbox
-def later():
-    from client.test_spawn import flusher_idle
-from support.events import batch
-from collector._helpers import y
-import support.test_data_not_a_test  # a module named test_* is one, wherever it is
-"""
+    source = textwrap.dedent(
+        """
+        from collector.test_collector import batch
+        from client import test_cli
+        import faults.test_clock
+        from .test_spool import x
+        from conftest import sandbox
+        def later():
+            from client.test_spawn import flusher_idle
+        from support.events import batch
+        from collector._helpers import y
+        import support.test_data_not_a_test  # a module named test_* is one, wherever it is
+        """
+    )
     assert [line for line, _ in imports_of_tests(source)] == [2, 3, 4, 5, 6, 8, 11]
 
 
