@@ -86,7 +86,10 @@ def tests(session: nox.Session) -> None:
 def _pytest_with_coverage(session: nox.Session, args: list[str], env: dict[str, str]) -> None:
     """pytest under coverage, then the combined report of every measured process, which fails below the floor
     (``fail_under``). Its TOTAL line is what ``scripts/dev.py test`` repeats in its last line (docs/testing.md)."""
-    data = Path(session.create_tmp()) / "coverage"
+    # Beside the session's environment, not in its temporary folder: session.create_tmp() would also point TMPDIR
+    # there, and the tests' temporary paths would grow past the 108 bytes of a unix socket's path (nginx refuses
+    # tests/collector/test_deploy_nginx.py's upstream socket in a checkout cloned under /tmp/tmp.XXXXXXXXXX).
+    data = Path(session.virtualenv.location) / "coverage"
     shutil.rmtree(data, ignore_errors=True)  # the previous run's files, never combined into this one
     data.mkdir()
     data.chmod(0o1777)  # the permission tests' processes run as nobody and save their data here too
