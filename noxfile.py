@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -20,6 +21,7 @@ REPO = Path(__file__).resolve().parent
 TEST_DEPS = [
     "pytest>=8",
     "pytest-timeout>=2.3",
+    "pytest-xdist>=3.6",
     "hypothesis>=6.100",
     "trustme>=1.1",
     "click>=8.1",
@@ -62,30 +64,62 @@ benchmarks' recorded figures use, else the first other one installed, so that a 
 
 
 FAULTS_PYTHON = "3.11"
-"""The CI-size fault suite (~2 min on 2 cores) runs in the ``tests`` session of this Python only: it exercises
-processes, files and sockets, not version-specific code, and four runs would double CI's time."""
+"""The suite's own Python: the ``tests`` session runs the whole suite here, under coverage, with the fault suite at
+CI size and the docs tests; on every other Python only the tests marked ``every_python`` run (the rule is
+``tests/conftest.py``'s, and docs/testing.md says why)."""
+
+WORKERS = os.environ.get("SPOOL_REPORTER_TEST_WORKERS", "auto")
+"""pytest-xdist workers of the parallel run (``auto``: one per core); ``0`` runs everything in one process."""
+
+
+def _runs(marks: str, posargs: list[str]) -> list[list[str]]:
+    """The pytest arguments of one suite: the tests not marked ``serial`` spread over the workers, then the
+    ``serial`` ones alone, so that nothing else loads the machine while they time or load it (docs/testing.md)."""
+    return [
+        ["-n", WORKERS, "-m", f"({marks}) and not serial", *posargs],
+        ["-p", "no:xdist", "-m", f"({marks}) and serial", *posargs],
+    ]
+
+
+NO_TESTS = 5
+"""pytest's exit status when a run selects no test (``nox -s tests-3.11 -- tests/client/test_spool.py``: the file
+may have no serial test); not a failure."""
+
+
+def _run_all(runs: list[list[str]], run: Callable[[list[str]], object]) -> int:
+    """Every run, even after one failed (each says what failed); how many failed."""
+    failed = 0
+    for args in runs:
+        try:
+            run(args)
+        except nox.command.CommandFailed:
+            failed += 1
+    return failed
 
 
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
-    """The whole test suite on one Python (skipped where that Python is not installed); Django commands run in
-    the ``django`` session, and the fault suite (at CI size) only on ``FAULTS_PYTHON``, which alone runs under
-    coverage (docs/testing.md). The ``collector`` extra (psycopg, gunicorn) is installed so that the PostgreSQL
-    and gunicorn tests run on every Python: they start one PostgreSQL per session (~3 s) and a few gunicorn
-    processes (~10 s in all)."""
+    """The whole test suite on ``FAULTS_PYTHON``, under coverage, with the fault suite (at CI size); on the other
+    Pythons the tests whose outcome can depend on the Python (``every_python``). Django commands run in the
+    ``django`` session. The ``collector`` extra (psycopg, gunicorn) is installed so that the PostgreSQL and
+    gunicorn tests run: one PostgreSQL per worker (~3 s), a few gunicorn processes."""
     env = {"PYTHONHASHSEED": "0"}
     if session.python == FAULTS_PYTHON:
         session.install(".[collector]", *TEST_DEPS, *DOCS_DEPS, *COVERAGE_DEPS)
         env["SPOOL_REPORTER_DOCS_TESTS"] = "required"
-        _pytest_with_coverage(session, ["-m", "not django", *session.posargs], env)
+        _pytest_with_coverage(session, _runs("not django", session.posargs), env)
     else:
         session.install(".[collector]", *TEST_DEPS)
-        session.run("pytest", "-m", "not django and not faults", *session.posargs, env=env)
+        runs = _runs("every_python and not django", session.posargs)
+        failed = _run_all(runs, lambda args: session.run("pytest", *args, env=env, success_codes=[0, NO_TESTS]))
+        if failed:
+            session.error(f"{failed} of {len(runs)} pytest runs failed")
 
 
-def _pytest_with_coverage(session: nox.Session, args: list[str], env: dict[str, str]) -> None:
-    """pytest under coverage, then the combined report of every measured process, which fails below the floor
-    (``fail_under``). Its TOTAL line is what ``scripts/dev.py test`` repeats in its last line (docs/testing.md)."""
+def _pytest_with_coverage(session: nox.Session, runs: list[list[str]], env: dict[str, str]) -> None:
+    """The pytest runs under coverage, then the combined report of every measured process, which fails below the
+    floor (``fail_under``). Its TOTAL line is what ``scripts/dev.py test`` repeats in its last line
+    (docs/testing.md). pytest-xdist's workers are Python processes the run starts, measured like any other."""
     # Beside the session's environment, not in its temporary folder: session.create_tmp() would also point TMPDIR
     # there, and the tests' temporary paths would grow past the 108 bytes of a unix socket's path (nginx refuses
     # tests/collector/test_deploy_nginx.py's upstream socket in a checkout cloned under /tmp/tmp.XXXXXXXXXX).
@@ -94,25 +128,28 @@ def _pytest_with_coverage(session: nox.Session, args: list[str], env: dict[str, 
     data.mkdir()
     data.chmod(0o1777)  # the permission tests' processes run as nobody and save their data here too
     env = {**env, "COVERAGE_FILE": str(data / ".coverage")}
-    try:
-        session.run("coverage", "run", "-m", "pytest", *args, env=env)
-    except nox.command.CommandFailed:
-        # Failed tests say so already; the figure of a failed run is printed, and not held to the floor.
-        session.run("coverage", "combine", "--quiet", env=env)
-        session.run("coverage", "report", "--fail-under=0", env=env)
-        raise
+    failed = _run_all(
+        runs, lambda args: session.run("coverage", "run", "-m", "pytest", *args, env=env, success_codes=[0, NO_TESTS])
+    )
     session.run("coverage", "combine", "--quiet", env=env)
-    # The floor holds for the whole suite; a run of some tests (nox -s tests-3.11 -- tests/client) only prints.
-    session.run("coverage", "report", *(["--fail-under=0"] if session.posargs else []), env=env)
+    # The floor holds for the whole suite when it passed; the figure of a failed run, or of some tests
+    # (nox -s tests-3.11 -- tests/client), is only printed.
+    session.run("coverage", "report", *(["--fail-under=0"] if failed or session.posargs else []), env=env)
+    if failed:
+        session.error(f"{failed} of {len(runs)} pytest runs failed")
 
 
 @nox.session(python=PYTHONS)
 def django(session: nox.Session) -> None:
     """Real Django commands in throw-away virtual environments with the built wheel (and an editable install),
-    once per Django series of ``DJANGO_SERIES`` on this Python; every series runs even after one failed."""
+    once per Django series of ``DJANGO_SERIES`` on this Python; every series runs even after one failed. The wheel
+    is built once for the session and each series' environment once for its two pytest runs (parallel, serial)."""
     # hatchling and editables: the tests build the wheel and the editable install without build isolation.
-    session.install(".", "pytest>=8", "pytest-timeout>=2.3", "hatchling>=1.25", "editables>=0.5")
+    session.install(".", "pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.6", "hatchling>=1.25", "editables>=0.5")
     assert session.python in DJANGO_SERIES
+    shared = Path(session.virtualenv.location) / "shared"  # not session.create_tmp(): see _pytest_with_coverage
+    shutil.rmtree(shared, ignore_errors=True)  # never a previous session's wheel
+    shared.mkdir()
     failed = []
     for i, series in enumerate(DJANGO_SERIES[str(session.python)]):
         # An editable install does not depend on the Django version: test it with the first series only.
@@ -120,13 +157,27 @@ def django(session: nox.Session) -> None:
             "PYTHONHASHSEED": "0",
             "SPOOL_REPORTER_TEST_DJANGO": series,
             "SPOOL_REPORTER_TEST_EDITABLE": str(int(i == 0)),
+            "SPOOL_REPORTER_TEST_SHARED": str(shared),
         }
-        try:
-            session.run("pytest", "-m", "django", "tests/integration", *session.posargs, env=env)
-        except nox.command.CommandFailed:
+        runs = _runs("django", ["tests/integration", *session.posargs])
+        if _run_all(runs, lambda args, env=env: session.run("pytest", *args, env=env, success_codes=[0, NO_TESTS])):
             failed.append(series)
     if failed:
         session.error(f"Django {', '.join(failed)} failed on Python {session.python}")
+
+
+@nox.session(python=TOOLS_PYTHON)
+def quick(session: nox.Session) -> None:
+    """The test files named (``nox -s quick -- tests/client/test_spool.py``; ``scripts/dev.py quick`` names the
+    ones a change touches): on one Python, without coverage, the parallel run then the serial one; real Django
+    tests are left to the ``django`` session."""
+    session.install(".[collector]", *TEST_DEPS)
+    runs = _runs("not django", session.posargs)
+    failed = _run_all(
+        runs, lambda args: session.run("pytest", "-q", *args, env={"PYTHONHASHSEED": "0"}, success_codes=[0, NO_TESTS])
+    )
+    if failed:
+        session.error(f"{failed} of {len(runs)} pytest runs failed")
 
 
 @nox.session(python=TOOLS_PYTHON)

@@ -3,6 +3,12 @@
     python3 scripts/dev.py demo    # the main job: a real Django command reported end to end, offline
     python3 scripts/dev.py test    # the whole test suite (every installed Python 3.10-3.13, real Django 4.2-6.1)
     python3 scripts/dev.py check   # lint, typecheck, docs and benchmarks (what CI adds)
+    python3 scripts/dev.py quick   # the tests a change touches, in parallel, in well under a minute
+
+``quick`` runs, on one Python and without coverage, the test files named after it (``quick tests/client/test_spool.py
+-x``), or else the ones the change touches: every test file changed since ``main`` or in the work tree, and every
+test file that names a package module changed (``spool_reporter._spool`` changed: each test file that mentions
+``spool_reporter._spool`` or imports ``_spool`` from its package).
 
 It creates ``.dev-venv/`` with nox in it (once), puts every installed ``python3.X`` on nox's path, and
 runs the matching nox sessions. Extra arguments go to nox. ``test`` ends with one line that adds up every
@@ -27,12 +33,54 @@ SESSIONS = {
     "demo": ["demo"],
     "test": ["tests", "django"],
     "check": ["lint", "typecheck", "docs", "bench"],
+    "quick": ["quick"],
 }
 SUMMARY = re.compile(r"^=*\s*((?:\d+ \w+(?:, )?)+) in [\d.]+s")
 """pytest's last line, with or without ``-q``: ``=== 12 passed, 1 skipped in 3.21s ===``."""
 COUNTED = ("passed", "failed", "errors", "skipped")
 COVERAGE_TOTAL = re.compile(r"^TOTAL\s.*\s(\d+(?:\.\d+)?%)$")
 """The TOTAL row of ``coverage report`` (the ``tests`` session on 3.11 measures lines and branches): its last column."""
+
+
+def _changed_files() -> list[str]:
+    """The files changed since ``main`` (committed on this branch, staged, unstaged or new), relative to the repo."""
+    found: list[str] = []
+    for cmd in (
+        ["git", "diff", "--name-only", "main...HEAD"],
+        ["git", "diff", "--name-only", "HEAD"],
+        ["git", "ls-files", "--others", "--exclude-standard"],
+    ):
+        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
+        if done.returncode == 0:
+            found += done.stdout.split()
+    return list(dict.fromkeys(found))
+
+
+def touched_tests(changed: list[str], tests: dict[str, str]) -> list[str]:
+    """The test files (keys of ``tests``, their text the values) that the ``changed`` files touch: a changed test
+    file itself, and each one that names a changed package module, by its dotted name or by an import of it from
+    its package (``from spool_reporter import _spool``, ``from spool_reporter.collector import _sqlite``)."""
+    picked = [name for name in changed if name in tests]
+    for name in changed:
+        if not (name.startswith("spool_reporter/") and name.endswith(".py")):
+            continue
+        dotted = name[: -len(".py")].replace("/", ".").removesuffix(".__init__")
+        package, _, leaf = dotted.rpartition(".")
+        pattern = re.compile(rf"\b{re.escape(dotted)}\b|from {re.escape(package)} import [^\n]*\b{re.escape(leaf)}\b")
+        picked += [test for test, text in tests.items() if pattern.search(text)]
+    return sorted(dict.fromkeys(picked))
+
+
+def _quick_args(argv: list[str]) -> list[str] | None:
+    """nox's arguments for ``quick``: the test files named, else the ones the change touches; None if none."""
+    if any(not arg.startswith("-") for arg in argv):
+        return argv
+    tests = {
+        str(path.relative_to(REPO)): path.read_text(encoding="utf-8", errors="replace")
+        for path in sorted((REPO / "tests").rglob("test_*.py"))
+    }
+    picked = touched_tests(_changed_files(), tests)
+    return [*picked, *argv] if picked else None
 
 
 def _bin(name: str) -> Path:
@@ -105,7 +153,17 @@ def main(argv: list[str]) -> int:
         print("scripts/dev.py: creating .dev-venv with nox (once)", file=sys.stderr)
         venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
         subprocess.run([str(_bin("python")), "-m", "pip", "install", "-q", "nox>=2024.10.9"], check=True)
-    cmd = [str(_bin("nox")), "-s", *SESSIONS[argv[0]], *argv[1:]]
+    rest = argv[1:]
+    if argv[0] == "quick":
+        quick = _quick_args(rest)
+        if quick is None:
+            print(
+                "scripts/dev.py quick: no test file is touched by a change since main; name some (quick tests/client)"
+            )
+            return 0
+        print(f"scripts/dev.py quick: {' '.join(quick)}", file=sys.stderr)
+        rest = ["--", *quick]
+    cmd = [str(_bin("nox")), "-s", *SESSIONS[argv[0]], *rest]
     if argv[0] != "test":
         return subprocess.run(cmd, cwd=REPO, env=_pyenv_path(), check=False).returncode
     status, lines = _tee(cmd)

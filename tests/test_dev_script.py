@@ -55,3 +55,18 @@ def test_the_ci_script_runs_the_tests_last() -> None:
     assert order == sorted(order)
     assert script.rstrip().splitlines()[-1].startswith("[ ")  # after the tests, nothing more is printed
     assert subprocess.run(["bash", "-n", str(REPO / ".ci" / "run")], check=False).returncode == 0
+
+
+def test_quick_runs_the_test_files_a_change_touches() -> None:
+    dev = _dev()
+    tests = {
+        "tests/client/test_spool.py": "from spool_reporter import _spool\n",
+        "tests/client/test_record.py": "import spool_reporter._spool as spool\n",
+        "tests/collector/test_store.py": "from spool_reporter.collector import _sqlite, _store\n",
+        "tests/collector/test_other.py": "from spool_reporter.collector import _stats  # not _spool\n",
+    }
+    touched = dev.touched_tests  # type: ignore[attr-defined]
+    assert touched(["spool_reporter/_spool.py"], tests) == ["tests/client/test_record.py", "tests/client/test_spool.py"]
+    assert touched(["spool_reporter/collector/_store.py", "README.md"], tests) == ["tests/collector/test_store.py"]
+    assert touched(["tests/collector/test_other.py", "docs/testing.md"], tests) == ["tests/collector/test_other.py"]
+    assert touched(["docs/testing.md"], tests) == []

@@ -61,3 +61,14 @@ def test_no_module_imports_from_a_test_module() -> None:
         for line, name in imports_of_tests(path.read_text(encoding="utf-8")):
             found.append(f"{path.relative_to(TESTS)}:{line}: {name}")
     assert found == [], "move what is shared into tests/support/ (tests/README.md):\n" + "\n".join(found)
+
+
+def test_version_branches_are_in_code_tested_on_every_python() -> None:
+    """``tests/conftest.py`` runs only the client's and the Django integration's tests on every Python
+    (docs/testing.md, "What runs where"): a branch on ``sys.version_info`` in the collector would be tested on one."""
+    package = TESTS.parent / "spool_reporter"
+    branched = sorted(
+        str(path.relative_to(package)) for path in package.rglob("*.py") if "sys.version_info" in path.read_text()
+    )
+    assert branched, "the package has version branches (_hook.py, _spawn.py): this check reads the right files"
+    assert [name for name in branched if name.startswith("collector")] == []

@@ -73,6 +73,7 @@ BEHAVIOURS = [
 ]
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("tls", [pytest.param(False, id="http"), pytest.param(True, id="https")])
 @pytest.mark.parametrize(("server_kw", "outcome", "spool"), BEHAVIOURS)
 def test_server_behaviour(
@@ -123,6 +124,7 @@ def ca_file(ca: object, sandbox: Sandbox) -> Path:
     return path
 
 
+@pytest.mark.serial
 def test_refused(sandbox: Sandbox, app: App) -> None:
     fill(app, sandbox.env, 2)
     port = RefusedPort()
@@ -497,6 +499,7 @@ def test_one_flusher_at_a_time(sandbox: Sandbox, app: App) -> None:
         assert result.outcome == "delivered"
 
 
+@pytest.mark.serial
 def test_spool_lock_held_forever_is_busy_not_a_hang(sandbox: Sandbox, app: App) -> None:
     fill(app, sandbox.env, 1)
     with serving() as server:

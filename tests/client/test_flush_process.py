@@ -77,6 +77,7 @@ def count_starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return starts
 
 
+@pytest.mark.serial
 def test_dns_that_never_returns_is_bounded_by_the_deadline(sandbox: Sandbox, app: App) -> None:
     fill(app, sandbox.env, 3)
     env = with_destination(sandbox.env, "https://never-resolves.example/v1/batch", SPOOL_REPORTER_FLUSH_DEADLINE="1")
@@ -92,6 +93,7 @@ def test_dns_that_never_returns_is_bounded_by_the_deadline(sandbox: Sandbox, app
     assert state.consecutive_failures == 1
 
 
+@pytest.mark.serial
 def test_watchdog_ends_a_flusher_stuck_anywhere(sandbox: Sandbox, app: App) -> None:
     env = with_destination(sandbox.env, "http://127.0.0.1:9/v1/batch", SPOOL_REPORTER_FLUSH_DEADLINE="0.5")
     # Stuck reading the config (a hung network home folder, say), before any request timeout applies.
@@ -146,6 +148,7 @@ def wait_idle(sandbox: Sandbox, app: App) -> None:
     wait_for(lambda: flusher_idle(sandbox, app), timeout=15, what="the flusher to exit")
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("recovery", ["background-after-backoff", "foreground-flush"])
 def test_offline_laptop(sandbox: Sandbox, app: App, recovery: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """50 commands against a refusing destination keep 50 events, start one flusher (the interval holds

@@ -90,6 +90,7 @@ def test_a_failed_request_keeps_the_id(sandbox: Sandbox, app: App) -> None:
     assert sandbox.spool_lines(app) == []  # nothing queued under that id will leave
 
 
+@pytest.mark.serial
 def test_a_silent_collector_costs_the_deadline_only(sandbox: Sandbox, app: App) -> None:
     with Server("silent") as silent:
         # The flusher's deadline (2 s here) ends it, whatever the per-read timeout would allow.

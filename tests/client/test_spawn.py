@@ -339,6 +339,7 @@ def test_spawned_flusher_delivers_and_leaves_no_zombie(sandbox: Sandbox, app: Ap
     assert state.last_result == "delivered"
 
 
+@pytest.mark.serial
 @POSIX
 def test_pipeline_ends_with_the_command_not_the_flusher(sandbox: Sandbox, app: App) -> None:
     """`django-admin startproject x | cat` against a destination that never answers: the pipe closes when

@@ -348,6 +348,7 @@ def test_missing_home_is_a_silent_no_op(sandbox: Sandbox, app: App, tmp_path: Pa
     assert (result.returncode, result.stdout, result.stderr) == (0, "False", "")
 
 
+@pytest.mark.serial
 def test_lock_held_forever_costs_milliseconds_and_keeps_the_event(sandbox: Sandbox, app: App) -> None:
     enable(sandbox, app)
     assert record("startproject", app=app, environ=sandbox.env)

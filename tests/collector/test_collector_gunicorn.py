@@ -12,7 +12,6 @@ import contextlib
 import http.client
 import json
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,19 +27,14 @@ from support import pg
 from support.collector_server import post
 from support.events import PROBE_UA, batch, event, probe_headers, recent
 from support.polling import stop_process
+from support.ports import free_port
 
 gunicorn = pytest.importorskip("gunicorn", reason="gunicorn is not installed (pip install 'spool_reporter[collector]')")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Gunicorn:
     def __init__(self, db: str, env: dict[str, str], log: Path, *, workers: int = 2, threads: int = 2) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1/batch"
         self.log = log
         with log.open("wb") as out:

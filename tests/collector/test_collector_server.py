@@ -58,6 +58,7 @@ def test_slow_clients_do_not_stop_the_others(tmp_path: Path) -> None:
         assert (status, json.loads(body)["accepted"]) == (200, 20)
 
 
+@pytest.mark.serial
 def test_a_whole_request_is_bounded_in_time(tmp_path: Path) -> None:
     srv = CollectorServer(make_app(tmp_path / "c.sqlite3", policy=POLICY), request_deadline=1.5)
     with srv:
@@ -80,6 +81,7 @@ def test_a_whole_request_is_bounded_in_time(tmp_path: Path) -> None:
     assert 1.4 < elapsed < 4.0, elapsed  # cut at the deadline, not when the client chose to stop
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_stops_it_under_load(tmp_path: Path, sandbox: object, sig: signal.Signals) -> None:
     served = start_server(tmp_path / "c.sqlite3", sandbox.env, tmp_path)  # type: ignore[attr-defined]

@@ -35,6 +35,8 @@ from spool_reporter.collector._store import LOCK_WAIT_S, REQUEST_WAIT_S
 from support import pg
 from support.events import POLICY, batch, det_uuid4, event
 
+pytestmark = pytest.mark.serial  # each 503's wall time is asserted (docs/testing.md)
+
 MARGIN_S = 3.0
 """What a loaded machine may add to a bound (thread switches, the watchdog's own wake-up)."""
 

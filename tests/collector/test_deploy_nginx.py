@@ -60,6 +60,7 @@ from spool_reporter.collector import stats
 
 from support.commands import spool_command
 from support.polling import stop_process, wait_for
+from support.ports import free_port
 from support.sandbox import REPO, Sandbox, clean_environ
 from support.servers import fill, with_destination
 
@@ -151,12 +152,6 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     return paths
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Nginx:
     """The repository's site file in a main configuration of the test's, in a prefix of its own.
 
@@ -171,7 +166,7 @@ class Nginx:
         self.conf = root / "conf"
         for folder in (self.prefix / "logs", self.prefix / "temp", self.conf):
             folder.mkdir(parents=True)
-        self.port = _free_port()
+        self.port = free_port()
         self.control_log = self.prefix / "logs" / "collector-error.log"
         site = SITE.read_text()
         site = substitute(site, "listen 443 ssl default_server;", f"listen 127.0.0.1:{self.port} ssl default_server;")
@@ -810,6 +805,7 @@ CONTROL_MESSAGES: dict[str, Callable[[str], bool]] = {
 }
 
 
+@pytest.mark.serial  # a rate limit kept spent by a thread, and timeouts waited out (docs/testing.md)
 def test_no_client_address_on_disk(tmp_path: Path, certs: Certs, socket_dir: Path, app: App) -> None:
     db_dir = tmp_path / "db"
     db_dir.mkdir()

@@ -425,6 +425,8 @@ def silent_dns(root: Path) -> Iterator[SilentResolver]:
     namespace (``/etc/resolv.conf`` bind-mounted) for processes started with the yielded prefix."""
     if not shutil.which("unshare") or os.geteuid() != 0:
         pytest.skip("needs root and unshare")
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # a parallel test would find the port taken and skip
+        pytest.fail("silent_dns binds 127.0.0.1:53, which one test at a time can have: mark the test serial")
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         udp.bind(("127.0.0.1", 53))

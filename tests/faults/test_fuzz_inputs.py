@@ -26,7 +26,7 @@ from spool_reporter.transports import Request
 
 from ._helpers import Figures, scale
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.serial]  # each call's worst time is asserted (docs/testing.md)
 
 APP = django_app("5.2")
 EXAMPLES = scale("fuzz_examples")

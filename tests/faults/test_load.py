@@ -32,7 +32,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from support.sandbox import Sandbox
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.serial]  # the load is the measurement (docs/testing.md)
 
 WRITER = """
 import os, sys, time

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 pytestmark = [
     pytest.mark.timeout(900),
+    pytest.mark.serial,  # commands' wall times asserted, load measured, 127.0.0.1:53 bound (docs/testing.md)
     pytest.mark.skipif(sys.platform != "linux", reason="Linux: /proc, mount namespaces"),
 ]
 

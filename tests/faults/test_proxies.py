@@ -221,6 +221,7 @@ def test_loopback_never_goes_through_a_proxy(
     )
 
 
+@pytest.mark.serial
 def test_localhost_names_never_reach_a_resolver(sandbox: Sandbox, tmp_path: Path, figures: Figures) -> None:
     with silent_dns(tmp_path) as resolver, Server() as server:
         env = with_destination(sandbox.env, server.url(host="collector.localhost"))

@@ -5,21 +5,30 @@ because the thing under test is the installation itself: ``spool_reporter.pth`` 
 hook in ``django-admin`` / ``manage.py`` / ``python -m django`` processes.
 
 ``SPOOL_REPORTER_TEST_DJANGO`` picks the Django series (``4.2``, ``5.2``, ``6.0``, ``6.1``; nox's ``django`` session
-sets it); the interpreter is the one running the tests. Environments are built once per test session.
+sets it); the interpreter is the one running the tests. The wheel and each Django series' environment are built
+once in :func:`shared_dir` and reused by every pytest-xdist worker of the run, and by every run of one nox session.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import venv
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent.parent
 DJANGO_ENV = "SPOOL_REPORTER_TEST_DJANGO"
 DEFAULT_DJANGO = "5.2"
+SHARED_ENV = "SPOOL_REPORTER_TEST_SHARED"
+"""A folder that outlives one pytest run (nox's ``django`` session sets it, and empties it when it starts)."""
 PIP_TIMEOUT = 600  # seconds; a cold pip cache downloads Django (~8 MB)
 
 
@@ -48,6 +57,35 @@ def build_wheel(out: Path) -> Path:
     _pip("wheel", "-q", "--no-deps", *_isolation("hatchling"), "-w", str(out), str(REPO))
     (wheel,) = out.glob("spool_reporter-*.whl")
     return wheel
+
+
+def shared_dir(factory: pytest.TempPathFactory) -> Path:
+    """Where the environments of this run are built once: ``$SPOOL_REPORTER_TEST_SHARED``, else the run's base
+    temporary folder, which pytest-xdist's workers share (each worker's own is a folder inside it)."""
+    explicit = os.environ.get(SHARED_ENV, "").strip()
+    if explicit:
+        return Path(explicit)
+    base = factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker is building it: wait (its pip is bounded in time)
+        yield
+
+
+def built_once(folder: Path, build: Callable[[Path], object]) -> Path:
+    """``folder``, built by ``build(folder)`` unless a process has built it already; concurrent callers wait."""
+    with _locked(folder.with_name(folder.name + ".lock")):
+        done = folder.with_name(folder.name + ".done")
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a build that failed half-way
+            build(folder)
+            done.touch()
+    return folder
 
 
 class Venv:

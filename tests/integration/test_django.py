@@ -29,9 +29,10 @@ from spool_reporter._event import FIELDS
 from spool_reporter._firstrun import notice_text
 from spool_reporter._hook import django_app
 
-from ._django_venv import Venv, build_wheel, django_series, venv_env
+from ._django_venv import Venv, build_wheel, built_once, django_series, shared_dir, venv_env
 from support import servers
 from support.polling import wait_for
+from support.ports import free_port
 from support.sandbox import Sandbox
 
 pytestmark = pytest.mark.django
@@ -48,13 +49,17 @@ COMMAND_TIMEOUT = 120  # seconds for one Django command (a cold start under load
 
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_wheel(tmp_path_factory.mktemp("wheel"))
+    """The project's wheel, built once for every worker and run that shares the folder (the wheel is the same
+    whatever Django series is under test)."""
+    (found,) = built_once(shared_dir(tmp_path_factory) / "wheel", build_wheel).glob("spool_reporter-*.whl")
+    return found
 
 
 @pytest.fixture(scope="session")
 def dj(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Venv:
-    """Django ``SERIES`` plus the wheel, built once per test session."""
-    return Venv.create(tmp_path_factory.mktemp("venv") / "django", str(wheel), f"Django=={SERIES}.*")
+    """Django ``SERIES`` plus the wheel, built once for every worker and run that shares the folder."""
+    folder = shared_dir(tmp_path_factory) / f"django-{SERIES}-{sys.version_info[0]}.{sys.version_info[1]}"
+    return Venv(built_once(folder, lambda root: Venv.create(root, str(wheel), f"Django=={SERIES}.*")))
 
 
 class User:
@@ -461,12 +466,6 @@ def test_broken_reporting_never_changes_the_command(user: User) -> None:
 # --- runserver and its autoreloader -----------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _serves(port: int) -> bool:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
     try:
@@ -501,7 +500,7 @@ class Server:
     """``runserver`` in its own process group, its output collected by threads."""
 
     def __init__(self, u: User, cwd: Path, *args: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.proc = subprocess.Popen(
             [str(u.venv.python), "manage.py", "runserver", *args, f"127.0.0.1:{self.port}"],
             cwd=cwd,
@@ -602,6 +601,7 @@ def test_runserver_noreload_records_once(user: User) -> None:
     assert user.names() == ["runserver"]
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX pipelines")
 def test_django_admin_startproject_piped_to_cat_ends_with_the_command(user: User) -> None:
     """`django-admin startproject x | cat`, armed by the installed .pth, with a destination that never answers:
