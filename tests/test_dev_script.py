@@ -62,11 +62,13 @@ def test_quick_runs_the_test_files_a_change_touches() -> None:
     tests = {
         "tests/client/test_spool.py": "from spool_reporter import _spool\n",
         "tests/client/test_record.py": "import spool_reporter._spool as spool\n",
-        "tests/collector/test_store.py": "from spool_reporter.collector import _sqlite, _store\n",
-        "tests/collector/test_other.py": "from spool_reporter.collector import _stats  # not _spool\n",
+        "tests/collector/test_collector_stores.py": "from spool_reporter.collector import _sqlite, _store\n",
+        "tests/collector/test_public.py": "from spool_reporter.collector import _stats  # not _spool\n",
     }
     touched = dev.touched_tests  # type: ignore[attr-defined]
     assert touched(["spool_reporter/_spool.py"], tests) == ["tests/client/test_record.py", "tests/client/test_spool.py"]
-    assert touched(["spool_reporter/collector/_store.py", "README.md"], tests) == ["tests/collector/test_store.py"]
-    assert touched(["tests/collector/test_other.py", "docs/testing.md"], tests) == ["tests/collector/test_other.py"]
+    assert touched(["spool_reporter/collector/_store.py", "README.md"], tests) == [
+        "tests/collector/test_collector_stores.py"
+    ]
+    assert touched(["tests/collector/test_public.py", "docs/testing.md"], tests) == ["tests/collector/test_public.py"]
     assert touched(["docs/testing.md"], tests) == []
