@@ -11,10 +11,14 @@ from pathlib import Path
 
 import nox
 import nox.command
+import nox.virtualenv
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = False  # a user's machine has the Pythons it has
+# uv creates and fills a session's environment in 3-4 s where virtualenv and pip take 17-18 s (docs/testing.md);
+# without uv (nox installed alone), virtualenv and pip as before.
+nox.options.default_venv_backend = "uv|virtualenv"
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 REPO = Path(__file__).resolve().parent
@@ -53,6 +57,22 @@ DJANGO_SERIES: dict[str, tuple[str, ...]] = {
 each one in a throw-away virtual environment."""
 
 
+def _install(session: nox.Session, *args: str) -> None:
+    """``session.install``, and with uv the project reinstalled each time: uv keeps a reused environment's copy of a
+    local package even when its source changed (nox's warning), and pip rebuilds it."""
+    again = ["--reinstall-package", "spool-reporter"] if session.venv_backend == "uv" else []
+    session.install(*args, *again)
+
+
+def _installer_env(session: nox.Session) -> dict[str, str]:
+    """``SPOOL_REPORTER_UV``: the uv that filled the session's environment, for the tests and benchmarks that fill
+    throw-away ones (``uv pip install --python``); unset with pip, which they then use."""
+    if session.venv_backend != "uv":
+        return {}
+    found = shutil.which(nox.virtualenv.UV)
+    return {"SPOOL_REPORTER_UV": found} if found else {}
+
+
 def _present(version: str) -> bool:
     return shutil.which(f"python{version}") is not None
 
@@ -74,9 +94,11 @@ WORKERS = os.environ.get("SPOOL_REPORTER_TEST_WORKERS", "auto")
 
 def _runs(marks: str, posargs: list[str]) -> list[list[str]]:
     """The pytest arguments of one suite: the tests not marked ``serial`` spread over the workers, then the
-    ``serial`` ones alone, so that nothing else loads the machine while they time or load it (docs/testing.md)."""
+    ``serial`` ones alone, so that nothing else loads the machine while they time or load it (docs/testing.md).
+    ``worksteal``: a worker that runs out of tests takes some of another's, so that no core idles at the end of a
+    run of long tests (the fault suite's, the collector's) queued on one worker."""
     return [
-        ["-n", WORKERS, "-m", f"({marks}) and not serial", *posargs],
+        ["-n", WORKERS, "--dist", "worksteal", "-m", f"({marks}) and not serial", *posargs],
         ["-p", "no:xdist", "-m", f"({marks}) and serial", *posargs],
     ]
 
@@ -105,11 +127,11 @@ def tests(session: nox.Session) -> None:
     gunicorn tests run: one PostgreSQL per worker (~3 s), a few gunicorn processes."""
     env = {"PYTHONHASHSEED": "0"}
     if session.python == FAULTS_PYTHON:
-        session.install(".[collector]", *TEST_DEPS, *DOCS_DEPS, *COVERAGE_DEPS)
+        _install(session, ".[collector]", *TEST_DEPS, *DOCS_DEPS, *COVERAGE_DEPS)
         env["SPOOL_REPORTER_DOCS_TESTS"] = "required"
         _pytest_with_coverage(session, _runs("not django", session.posargs), env)
     else:
-        session.install(".[collector]", *TEST_DEPS)
+        _install(session, ".[collector]", *TEST_DEPS)
         runs = _runs("every_python and not django", session.posargs)
         failed = _run_all(runs, lambda args: session.run("pytest", *args, env=env, success_codes=[0, NO_TESTS]))
         if failed:
@@ -144,8 +166,18 @@ def django(session: nox.Session) -> None:
     """Real Django commands in throw-away virtual environments with the built wheel (and an editable install),
     once per Django series of ``DJANGO_SERIES`` on this Python; every series runs even after one failed. The wheel
     is built once for the session and each series' environment once for its two pytest runs (parallel, serial)."""
-    # hatchling and editables: the tests build the wheel and the editable install without build isolation.
-    session.install(".", "pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.6", "hatchling>=1.25", "editables>=0.5")
+    # hatchling and editables: the tests build the wheel and the editable install without build isolation, with
+    # pip (which a uv environment lacks); the throw-away environments are filled by uv when the session's was.
+    _install(
+        session,
+        ".",
+        "pytest>=8",
+        "pytest-timeout>=2.3",
+        "pytest-xdist>=3.6",
+        "hatchling>=1.25",
+        "editables>=0.5",
+        "pip",
+    )
     assert session.python in DJANGO_SERIES
     shared = Path(session.virtualenv.location) / "shared"  # not session.create_tmp(): see _pytest_with_coverage
     shutil.rmtree(shared, ignore_errors=True)  # never a previous session's wheel
@@ -158,6 +190,7 @@ def django(session: nox.Session) -> None:
             "SPOOL_REPORTER_TEST_DJANGO": series,
             "SPOOL_REPORTER_TEST_EDITABLE": str(int(i == 0)),
             "SPOOL_REPORTER_TEST_SHARED": str(shared),
+            **_installer_env(session),
         }
         runs = _runs("django", ["tests/integration", *session.posargs])
         if _run_all(runs, lambda args, env=env: session.run("pytest", *args, env=env, success_codes=[0, NO_TESTS])):
@@ -171,7 +204,7 @@ def quick(session: nox.Session) -> None:
     """The test files named (``nox -s quick -- tests/client/test_spool.py``; ``scripts/dev.py quick`` names the
     ones a change touches): on one Python, without coverage, the parallel run then the serial one; real Django
     tests are left to the ``django`` session."""
-    session.install(".[collector]", *TEST_DEPS)
+    _install(session, ".[collector]", *TEST_DEPS)
     runs = _runs("not django", session.posargs)
     failed = _run_all(
         runs, lambda args: session.run("pytest", "-q", *args, env={"PYTHONHASHSEED": "0"}, success_codes=[0, NO_TESTS])
@@ -194,14 +227,14 @@ def lint(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over the package."""
     # psycopg's types for the PostgreSQL store; click for the Click group.
-    session.install("mypy>=1.13", ".[collector,click]")
+    _install(session, "mypy>=1.13", ".[collector,click]")
     session.run("mypy", "--strict", "spool_reporter")
 
 
 @nox.session(python=TOOLS_PYTHON)
 def docs(session: nox.Session) -> None:
     """Build the Sphinx site with warnings as errors."""
-    session.install(".[click]", *DOCS_DEPS)  # click: the Click group's API page
+    _install(session, ".[click]", *DOCS_DEPS)  # click: the Click group's API page
     out = session.posargs[0] if session.posargs else "docs/_build/html"
     session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", out)
 
@@ -209,9 +242,11 @@ def docs(session: nox.Session) -> None:
 @nox.session(python=TOOLS_PYTHON)
 def bench(session: nox.Session) -> None:
     """Benchmarks: print the figures and assert the budgets (with a tolerance for a noisy 2-core machine)."""
-    session.install(".[django,collector]")
+    # pip and hatchling: the benchmarks build the wheel with them, without build isolation (a uv environment has no
+    # pip); uv fills their throw-away environments when it filled this one.
+    _install(session, ".[django,collector]", "pip", "hatchling>=1.25")
     # Never measured: coverage settings from the outer environment (a shell under `coverage run`) are dropped.
-    env: dict[str, str | None] = {"PYTHONHASHSEED": "0"}
+    env: dict[str, str | None] = {"PYTHONHASHSEED": "0", **_installer_env(session)}
     env.update(dict.fromkeys(("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG")))
     failed = []
     for script in sorted((REPO / "benchmarks").glob("bench_*.py")):
@@ -233,7 +268,7 @@ if sys.platform != "win32" and not os.environ.get("SPOOL_REPORTER_NOX_QUIET"):
 @nox.session(python=TOOLS_PYTHON)
 def demo(session: nox.Session) -> None:
     """The main job: a real Django command reported end to end, offline, in a temporary home."""
-    session.install(".[django]")
+    _install(session, ".[django]")
     session.run("python", "scripts/demo.py", *session.posargs)
 
 
@@ -241,6 +276,6 @@ def demo(session: nox.Session) -> None:
 def faults(session: nox.Session) -> None:
     """The fault and load suite at the published trial counts (``SPOOL_FAULTS_SCALE=full``, ~15 min); when it
     passes in full it rewrites ``docs/_generated/reliability.json``. The ``tests`` session runs it at CI size."""
-    session.install(".", *TEST_DEPS)
+    _install(session, ".", *TEST_DEPS)
     env = {"PYTHONHASHSEED": "0", "SPOOL_FAULTS_SCALE": "full"}
     session.run("pytest", "tests/faults", *session.posargs, env=env)

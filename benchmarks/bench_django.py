@@ -22,12 +22,14 @@ dependencies). Each mode has its own home, so nothing one mode writes is seen by
 
     python benchmarks/bench_django.py [--rounds N] [--django X.Y]
 
-Runs in about a minute (most of it valgrind); building the two environments needs pip and its cache.
+Runs in about a minute (most of it valgrind, one run per core); building the three environments needs pip (or
+uv) and its cache.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib.util
 import os
 import shutil
@@ -200,34 +202,36 @@ def main() -> int:
             silent.close()
             refused.close()
 
-        # Instructions. The same project name, cwd and path lengths in every run; warm homes.
-        cg = tmp / "cg"
-        cg.mkdir()
-        count: dict[str, int] = {}
-        for label, bindir, env in (("startproject on", a_bin, envs["on"]), ("startproject off", a_bin, envs["off"])):
-            count[label] = instructions([str(bindir / "django-admin"), "startproject", "proj"], env, work, cg / "x")
-            shutil.rmtree(work / "proj")
+        # Instructions. The same project name and path lengths in every run; warm homes. Counts do not depend on
+        # what else the machine runs, so the runs go side by side, one per core, each in an empty folder of its own.
         plain = home_env(tmp / "home-plain")
-        count["startproject Django alone"] = instructions(
-            [str(b_bin / "django-admin"), "startproject", "proj"], plain, work, cg / "x"
-        )
-        shutil.rmtree(work / "proj")
         # The hook's import cost inside a Django process: what record() imports once the .pth has armed the
         # hook (the arming itself is paid by every Django command: the --version budget covers it).
         base_code = "import django.core.management; import spool_reporter._arm"
-        count["import django.core.management + arming"] = instructions(
-            [str(a_bin / "python"), "-c", base_code], plain, work, cg / "x"
-        )
-        count["  + import spool_reporter._hook"] = instructions(
-            [str(a_bin / "python"), "-c", base_code + "; import spool_reporter._hook"], plain, work, cg / "x"
-        )
+        jobs: dict[str, tuple[list[str], dict[str, str]]] = {
+            "startproject on": ([str(a_bin / "django-admin"), "startproject", "proj"], envs["on"]),
+            "startproject off": ([str(a_bin / "django-admin"), "startproject", "proj"], envs["off"]),
+            "startproject Django alone": ([str(b_bin / "django-admin"), "startproject", "proj"], plain),
+            "import django.core.management + arming": ([str(a_bin / "python"), "-c", base_code], plain),
+            "  + import spool_reporter._hook": (
+                [str(a_bin / "python"), "-c", base_code + "; import spool_reporter._hook"],
+                plain,
+            ),
+        }
         for label, bindir in (("installed", a_bin), ("Django alone", b_bin), ("uninstalled", c_bin)):
-            count[f"python -c pass {label}"] = instructions(
-                [str(bindir / "python"), "-c", "pass"], plain, work, cg / "x"
-            )
-            count[f"django-admin --version {label}"] = instructions(
-                [str(bindir / "django-admin"), "--version"], plain, work, cg / "x"
-            )
+            jobs[f"python -c pass {label}"] = ([str(bindir / "python"), "-c", "pass"], plain)
+            jobs[f"django-admin --version {label}"] = ([str(bindir / "django-admin"), "--version"], plain)
+        cg = tmp / "cg"
+
+        def counted(job: tuple[int, str]) -> int:
+            i, label = job
+            cwd = cg / f"w{i:02d}"
+            cwd.mkdir(parents=True)
+            argv, env = jobs[label]
+            return instructions(argv, env, cwd, cg / f"{i:02d}.out")
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+            count = dict(zip(jobs, pool.map(counted, enumerate(jobs)), strict=True))
     elapsed = time.monotonic() - started
 
     print(f"bench_django: Django {series}, Python {sys.version.split()[0]}, {args.rounds} rounds, {elapsed:.0f} s")

@@ -10,11 +10,11 @@
 test file that names a package module changed (``spool_reporter._spool`` changed: each test file that mentions
 ``spool_reporter._spool`` or imports ``_spool`` from its package).
 
-It creates ``.dev-venv/`` with nox in it (once), puts every installed ``python3.X`` on nox's path, and
-runs the matching nox sessions. Extra arguments go to nox. ``test`` ends with one line that adds up every
-pytest run of every session and repeats the coverage figure of the one measured run (``tests: 1234 passed,
-0 failed, 5 skipped in 12 pytest runs; coverage 87.5% of lines and branches``), so that the last line of a long
-log says how it went.
+It creates ``.dev-venv/`` with nox and uv in it (once; nox fills its sessions' environments with uv), puts every
+installed ``python3.X`` on nox's path, and runs the matching nox sessions. Extra arguments go to nox. ``test`` ends
+with one line that adds up every pytest run of every session and repeats the coverage figure of the one measured
+run (``tests: 1234 passed, 0 failed, 5 skipped in 12 pytest runs; coverage 87.5% of lines and branches``), so that
+the last line of a long log says how it went.
 """
 
 from __future__ import annotations
@@ -150,9 +150,17 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     if not _bin("nox").exists():
-        print("scripts/dev.py: creating .dev-venv with nox (once)", file=sys.stderr)
+        print("scripts/dev.py: creating .dev-venv with nox and uv (once)", file=sys.stderr)
         venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
         subprocess.run([str(_bin("python")), "-m", "pip", "install", "-q", "nox>=2024.10.9"], check=True)
+    no_uv = VENV / "no-uv"  # tried once and failed: not tried again (remove the file to try again)
+    if not _bin("uv").exists() and not no_uv.exists():
+        # nox fills its environments with uv when it finds it beside itself (3-4 s a session instead of 17-18 s with
+        # virtualenv and pip, docs/testing.md); without it (no wheel for this platform, no index), pip as before.
+        pip = [str(_bin("python")), "-m", "pip", "install", "-q", "uv>=0.5"]
+        if subprocess.run(pip, check=False).returncode != 0:
+            no_uv.touch()
+            print("scripts/dev.py: uv could not be installed; nox uses virtualenv and pip", file=sys.stderr)
     rest = argv[1:]
     if argv[0] == "quick":
         quick = _quick_args(rest)
