@@ -313,6 +313,22 @@ def flusher_idle(folder: Path, marker: str) -> bool:
     return True
 
 
+def holds_open(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` has ``path`` open (one of its descriptors in ``/proc/<pid>/fd`` points at it)."""
+    target = os.path.realpath(path)
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def process_state(pid: int) -> str:
     raw = _read(f"/proc/{pid}/stat", 4096)
     if not raw:

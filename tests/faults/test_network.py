@@ -28,6 +28,7 @@ from ._helpers import (
     children,
     flusher_cmd,
     flushers_of,
+    holds_open,
     ids_in,
     process_state,
     python_cmd,
@@ -212,17 +213,27 @@ print(n)
 
 
 class _Sampler(threading.Thread):
-    """Samples the process table every few milliseconds: flushers alive, and zombies of a long-lived parent."""
+    """Samples the process table every few milliseconds: flushers alive, and zombies of a long-lived parent.
 
-    def __init__(self, marker: str) -> None:
+    A flusher *runs* from its start until it lets go of ``flusher.lock`` (it holds the descriptor the hook handed
+    over from its first instruction, ``/bin/sh`` and ``nice`` included); after that it is only ending (the look
+    for late events, ``os._exit``), and a new flusher may rightly start beside it (``_flush._drain``). Niced to 19
+    on a loaded 2-core machine, that ending was once seen to outlast a new flusher's start: two processes alive,
+    one running. ``max_running`` counts flushers running at once: alive and not yet seen to have held the lock and
+    closed it (one that never held it counts too, as the start-up race of old would show); ``max_alive`` counts
+    every live flusher process, for the figures."""
+
+    def __init__(self, marker: str, lock: Path) -> None:
         super().__init__(daemon=True)
         self.marker = marker
+        self.lock = lock
         self.stop = threading.Event()
         self.parent = 0
         self.samples = 0
         self.max_alive = 0
-        self.max_working = 0
+        self.max_running = 0
         self.pids: set[int] = set()
+        self.held: set[int] = set()
         self.zombie_seen: dict[int, list[float]] = {}
 
     def run(self) -> None:
@@ -230,8 +241,12 @@ class _Sampler(threading.Thread):
             alive = flushers_of(self.marker)
             self.samples += 1
             self.pids |= set(alive)
-            running = [pid for pid, state in alive.items() if state not in ("Z", "gone")]
-            self.max_alive = max(self.max_alive, len(running))
+            live = [pid for pid, state in alive.items() if state not in ("Z", "gone")]
+            holding = {pid for pid in live if holds_open(pid, self.lock)}
+            self.held |= holding
+            running = [pid for pid in live if pid in holding or pid not in self.held]
+            self.max_alive = max(self.max_alive, len(live))
+            self.max_running = max(self.max_running, len(running))
             if self.parent:
                 for child in children(self.parent):
                     if process_state(child) == "Z":
@@ -264,7 +279,7 @@ def test_storm_of_commands_against_a_dead_destination(
             SPOOL_REPORTER_FLUSH_DEADLINE="1",
             # The production spawn interval (300 s): the long-lived process and a spool past 64 KiB bypass it.
         )
-        sampler = _Sampler(str(sandbox.home))
+        sampler = _Sampler(str(sandbox.home), sandbox.state_dir(APP) / "flusher.lock")
         sampler.start()
         parent = subprocess.Popen([*python_cmd(LONG_LIVED), str(seconds)], env=env, stdout=subprocess.PIPE, text=True)
         sampler.parent = parent.pid
@@ -314,15 +329,15 @@ def test_storm_of_commands_against_a_dead_destination(
     assert not sampler.lingering_zombies(), sampler.zombie_seen
     known = ""
     if KNOWN_SPAWN_RACE:
-        if sampler.max_alive > 1 or spawns > bound + 2:
+        if sampler.max_running > 1 or spawns > bound + 2:
             known = (
-                f"KNOWN BUG: {sampler.max_alive} flusher processes alive at once and {spawns} started for "
+                f"KNOWN BUG: {sampler.max_running} flusher processes running at once and {spawns} started for "
                 f"{attempts} attempts (commands in a new flusher's start-up window start another; the extras "
                 "exit busy). "
             )
     else:
-        assert spawns <= bound + 2, (spawns, attempts, bound, sampler.max_alive, log)
-        assert sampler.max_alive <= 1, f"{sampler.max_alive} flushers alive at once"
+        assert spawns <= bound + 2, (spawns, attempts, bound, sampler.max_running, log)
+        assert sampler.max_running <= 1, f"{sampler.max_running} flushers running at once"
     figures.row(
         fault=f"storm of commands, destination {'refuses connections' if dead == 'refused' else 'never answers'}",
         injected=f"{commands} commands (separate processes calling record(), {parallel} at a time) and a long-lived "
@@ -333,6 +348,8 @@ def test_storm_of_commands_against_a_dead_destination(
         lost=recorded - queued,
         worst_s=slowest,
         checked=known + f"{spawns} flusher processes started, {attempts} send attempts (bound {bound}); at most "
-        f"{sampler.max_alive} flusher alive in {sampler.samples} samples of /proc; 0 lingering zombies; "
+        f"{sampler.max_running} flusher running"
+        + (f" ({sampler.max_alive} alive: the others ending)" if sampler.max_alive > sampler.max_running else "")
+        + f" in {sampler.samples} samples of /proc; 0 lingering zombies; "
         "worst case = slowest command",
     )
