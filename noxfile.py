@@ -19,6 +19,8 @@ nox.options.error_on_missing_interpreters = False  # a user's machine has the Py
 # uv creates and fills a session's environment in 3-4 s where virtualenv and pip take 17-18 s (docs/testing.md);
 # without uv (nox installed alone), virtualenv and pip as before.
 nox.options.default_venv_backend = "uv|virtualenv"
+# Only the Pythons installed here: with uv, nox would otherwise download a missing one (or, offline, try for 5 s).
+nox.options.download_python = "never"
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 REPO = Path(__file__).resolve().parent

@@ -600,14 +600,15 @@ def recorder(path: Path, answers: list[bytes], received: list[bytes]) -> threadi
 
 
 def flood_requests(
-    port: int, ctx: ssl.SSLContext, count: int, stop: threading.Event | None = None
+    port: int, ctx: ssl.SSLContext, count: int, stop: threading.Event | None = None, pause: float = 0.05
 ) -> list[tuple[int, str | None]]:
-    """Up to ``count`` empty batches in a row on one connection (until ``stop``); each status and Retry-After."""
+    """Up to ``count`` empty batches in a row on one connection (until ``stop``, ``pause`` seconds apart); each
+    status and Retry-After."""
     seen: list[tuple[int, str | None]] = []
     conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=15)
     try:
         for _ in range(count):
-            if stop is not None and stop.wait(0.05):
+            if stop is not None and stop.wait(pause):
                 break
             conn.request("POST", "/v1/batch", body=EMPTY_BATCH, headers={"Content-Type": "application/json"})
             response = conn.getresponse()
@@ -729,9 +730,11 @@ def run_scenarios(nginx: Nginx, gunicorn: Gunicorn, certs: Certs, db: Path, root
     assert {retry for status, retry in flood if status == 200} == {None}, flood
     carol = flusher(root / "carol", port, certs, app)
     carol.queue(2)
-    # The bucket refills one request every 2 s: keep it spent while the flusher starts.
+    # The bucket refills one request every 2 s: keep it spent while the flusher starts. A request every 5 ms takes
+    # a refilled token before the flusher's request can (a pause of 50 ms left that request about one chance in 40
+    # at each refill, and a flusher was once let through); at most 4,000 of them (about 30 s), or until it is done.
     stop = threading.Event()
-    keep_spent = threading.Thread(target=quietly(flood_requests), args=(port, ctx, 400, stop), daemon=True)
+    keep_spent = threading.Thread(target=quietly(flood_requests), args=(port, ctx, 4000, stop, 0.005), daemon=True)
     keep_spent.start()
     try:
         code, line, ahead = carol.flush()
