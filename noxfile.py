@@ -60,9 +60,12 @@ each one in a throw-away virtual environment."""
 
 
 def _install(session: nox.Session, *args: str) -> None:
-    """``session.install``, and with uv the project reinstalled each time: uv keeps a reused environment's copy of a
-    local package even when its source changed (nox's warning), and pip rebuilds it."""
-    again = ["--reinstall-package", "spool-reporter"] if session.venv_backend == "uv" else []
+    """``session.install``, and with uv two things pip does by itself: the project reinstalled each time (uv keeps a
+    reused environment's copy of a local package even when its source changed, nox's warning), and every module
+    compiled to bytecode. uv compiles nothing unless asked, and where ``PYTHONDONTWRITEBYTECODE`` is set (it is on
+    the machines the suite's figures come from) no process writes what it compiled either: every Python the tests
+    start compiled coverage, pytest and the package from source again, about 90 ms a process (docs/testing.md)."""
+    again = ["--reinstall-package", "spool-reporter", "--compile-bytecode"] if session.venv_backend == "uv" else []
     session.install(*args, *again)
 
 
@@ -218,7 +221,7 @@ def quick(session: nox.Session) -> None:
 @nox.session(python=TOOLS_PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff check, ruff format --check, and the import contracts of ``pyproject.toml`` (``lint-imports``)."""
-    session.install("ruff>=0.8", "import-linter>=2.1")
+    _install(session, "ruff>=0.8", "import-linter>=2.1")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     # Reads the source where it stands (the current folder is on its path): no install of the package needed.
