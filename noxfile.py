@@ -49,14 +49,44 @@ COVERAGE_DEPS = ["coverage>=7.10.3"]
 brought ``patch = subprocess``, ``fork`` and ``_exit``; 7.10.3 carries the whole configuration into the children."""
 
 
-DJANGO_SERIES: dict[str, tuple[str, ...]] = {
-    # Django 4.2 LTS and 5.2 LTS run on 3.10-3.13; 6.0 and 6.1 need Python 3.12 or newer (6.1: 3.12-3.15).
-    # Python 3.10 and Django 4.2 reached their end of life in 2026: kept while they cost nothing (docs/django.md).
-    python: ("4.2", "5.2") if python in ("3.10", "3.11") else ("5.2", "6.0", "6.1")
-    for python in PYTHONS
+def _present(version: str) -> bool:
+    return shutil.which(f"python{version}") is not None
+
+
+DJANGO_SUPPORT: dict[str, tuple[str, ...]] = {
+    # Django 4.2 LTS: paired with 3.10 and 3.11 only (it would run on 3.12, but 5.2 LTS covers the newer Pythons);
+    # 6.0 and 6.1 need Python 3.12 or newer (6.1: 3.12-3.15). Python 3.10 and Django 4.2 reached their end of life
+    # in 2026: kept while they cost nothing (docs/django.md).
+    "4.2": ("3.10", "3.11"),
+    "5.2": ("3.10", "3.11", "3.12", "3.13"),
+    "6.0": ("3.12", "3.13"),
+    "6.1": ("3.12", "3.13"),
 }
-"""The Django series the ``django`` session tests on each Python; ``tests/integration/test_django.py`` installs
-each one in a throw-away virtual environment."""
+"""The Pythons each Django series is tested with, oldest first."""
+
+
+def _django_series(pythons: list[str], *, every_pair: bool = False) -> dict[str, tuple[str, ...]]:
+    """The Django series the ``django`` session tests on each of ``pythons``: each series on the oldest and the
+    newest of them that it supports, the ends of its range, where a difference between Pythons would show
+    (docs/django.md); a series in the middle of its range repeats what its two ends test, and every Python runs
+    the client tests (``every_python``) and at least one series. ``every_pair``: each series on each of them."""
+    pairs: dict[str, list[str]] = {python: [] for python in pythons}
+    for series, supported in DJANGO_SUPPORT.items():
+        here = [python for python in supported if python in pairs]
+        for python in here if every_pair else dict.fromkeys((here[0], here[-1]) if here else ()):
+            pairs[python].append(series)
+    return {python: tuple(found) for python, found in pairs.items()}
+
+
+DJANGO_SERIES = _django_series(
+    [python for python in PYTHONS if _present(python)] or PYTHONS,
+    every_pair=os.environ.get("SPOOL_REPORTER_DJANGO_PAIRS") == "all",
+)
+"""The Django series the ``django`` session tests on each installed Python (every Python when none is, so that
+``nox -l`` still lists the sessions); ``tests/integration/test_django.py`` installs each one in a throw-away
+virtual environment. With Python 3.10-3.13: 4.2 and 5.2 on 3.10, 4.2 on 3.11, 6.0 and 6.1 on 3.12, 5.2, 6.0 and
+6.1 on 3.13 (8 series); with only 3.11, 4.2 and 5.2. ``SPOOL_REPORTER_DJANGO_PAIRS=all`` tests every supported
+pair (10 series)."""
 
 
 def _install(session: nox.Session, *args: str) -> None:
@@ -76,10 +106,6 @@ def _installer_env(session: nox.Session) -> dict[str, str]:
         return {}
     found = shutil.which(nox.virtualenv.UV)
     return {"SPOOL_REPORTER_UV": found} if found else {}
-
-
-def _present(version: str) -> bool:
-    return shutil.which(f"python{version}") is not None
 
 
 TOOLS_PYTHON = next((v for v in ("3.11", "3.12", "3.13", "3.10") if _present(v)), "3.11")
@@ -183,7 +209,8 @@ def django(session: nox.Session) -> None:
         "editables>=0.5",
         "pip",
     )
-    assert session.python in DJANGO_SERIES
+    if not DJANGO_SERIES.get(str(session.python)):
+        session.skip(f"no Django series is paired with Python {session.python} here (DJANGO_SUPPORT)")
     shared = Path(session.virtualenv.location) / "shared"  # not session.create_tmp(): see _pytest_with_coverage
     shutil.rmtree(shared, ignore_errors=True)  # never a previous session's wheel
     shared.mkdir()
