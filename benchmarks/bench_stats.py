@@ -31,7 +31,8 @@ Budget (MISSION.md): at most 20 ms for the public statistics over 52 weeks x 100
 weeks included. Asserted on each back end, in process: the steady state's p50 at most 20 ms and its p99 at
 most 20 ms x 1.5 (a noisy 2-core machine), with and without the check, both paths, both sizes; and that it
 does not grow with the developers (the open week at 100,000 holds 100x the raw events of the one at 1,000):
-the steady medians at 100,000 over those at 1,000, at most 1.5. The first request and HTTP are printed
+the steady medians at 100,000 over those at 1,000, at most 1.5, or at most 20 us apart (a lookup of a few
+microseconds, whose medians flip between two levels: ``GROWTH_FLOOR_MS``). The first request and HTTP are printed
 against the 20 ms target, not asserted.
 
 **The weekly roll-up** at each size: the run that makes the provisional release of the week just ended
@@ -79,6 +80,10 @@ TOLERANCE = 1.5
 """The steady state's p99 may reach the budget times this on a noisy 2-core machine (measured far below)."""
 RATIO_LIMIT = 1.5
 """The steady medians at 100,000 over 1,000 developers a week: ~1 when serving does not grow with them."""
+GROWTH_FLOOR_MS = 0.02
+"""... or at most this much apart (20 us, a thousandth of the budget). A steady request on SQLite is a lookup of
+4-6 us whose medians flip between two levels (the CPU's caches, the timer), so that the same work measured 1.54x
+once (0.0038 against 0.0059 ms, 2026-12-07); serving that grew with the developers would cost milliseconds."""
 SIZES = (1_000, 100_000)
 FULL_DEVELOPERS = 100_000
 WEEKS = 52
@@ -610,13 +615,18 @@ def check(rows: list[dict[str, object]]) -> list[dict[str, object]]:
             what: _p(rows, backend, what, FULL_DEVELOPERS, "p50_ms") / _p(rows, backend, what, SIZES[0], "p50_ms")
             for what in steady
         }
+        grown = {
+            what: _p(rows, backend, what, FULL_DEVELOPERS, "p50_ms") - _p(rows, backend, what, SIZES[0], "p50_ms")
+            for what in steady
+        }
         worst = max(ratios, key=ratios.__getitem__)
         budgets.append({
             "what": f"steady p50 at {FULL_DEVELOPERS:,} over {SIZES[0]:,} developers a week, interleaved, worst "
                     f"series ({backend}: {worst})",
-            "measured": f"{ratios[worst]:.2f}x (" + ", ".join(f"{v:.2f}" for v in ratios.values()) + ")",
-            "budget": f"<= {RATIO_LIMIT}x (does not grow with the developers)",
-            "ok": ratios[worst] <= RATIO_LIMIT,
+            "measured": f"{ratios[worst]:.2f}x, {grown[worst] * 1000:+.1f} us ("
+                        + ", ".join(f"{v:.2f}" for v in ratios.values()) + ")",
+            "budget": f"<= {RATIO_LIMIT}x or <= {GROWTH_FLOOR_MS * 1000:g} us more (does not grow with the developers)",
+            "ok": all(ratios[w] <= RATIO_LIMIT or grown[w] <= GROWTH_FLOOR_MS for w in steady),
         })  # fmt: skip
         first = max(_p(rows, backend, f"GET {path}, first request", FULL_DEVELOPERS, "p50_ms") for path in PATHS)
         first_ratio = max(
