@@ -73,7 +73,7 @@ def _django_series(pythons: list[str], *, every_pair: bool = False) -> dict[str,
     pairs: dict[str, list[str]] = {python: [] for python in pythons}
     for series, supported in DJANGO_SUPPORT.items():
         here = [python for python in supported if python in pairs]
-        for python in here if every_pair else dict.fromkeys((here[0], here[-1]) if here else ()):
+        for python in here if every_pair else dict.fromkeys(here[:1] + here[-1:]):  # the ends, once if one
             pairs[python].append(series)
     return {python: tuple(found) for python, found in pairs.items()}
 
@@ -197,6 +197,8 @@ def django(session: nox.Session) -> None:
     """Real Django commands in throw-away virtual environments with the built wheel (and an editable install),
     once per Django series of ``DJANGO_SERIES`` on this Python; every series runs even after one failed. The wheel
     is built once for the session and each series' environment once for its two pytest runs (parallel, serial)."""
+    if not DJANGO_SERIES.get(str(session.python)):
+        session.skip(f"no Django series is paired with Python {session.python} here (DJANGO_SUPPORT)")
     # hatchling and editables: the tests build the wheel and the editable install without build isolation, with
     # pip (which a uv environment lacks); the throw-away environments are filled by uv when the session's was.
     _install(
@@ -209,8 +211,6 @@ def django(session: nox.Session) -> None:
         "editables>=0.5",
         "pip",
     )
-    if not DJANGO_SERIES.get(str(session.python)):
-        session.skip(f"no Django series is paired with Python {session.python} here (DJANGO_SUPPORT)")
     shared = Path(session.virtualenv.location) / "shared"  # not session.create_tmp(): see _pytest_with_coverage
     shutil.rmtree(shared, ignore_errors=True)  # never a previous session's wheel
     shared.mkdir()

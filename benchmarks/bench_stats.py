@@ -611,14 +611,12 @@ def check(rows: list[dict[str, object]]) -> list[dict[str, object]]:
             "budget": f"p50 <= {BUDGET_MS:g} ms, p99 <= {BUDGET_MS * TOLERANCE:g} ms ({BUDGET_MS:g} ms x {TOLERANCE})",
             "ok": p50 <= BUDGET_MS and p99 <= BUDGET_MS * TOLERANCE,
         })  # fmt: skip
-        ratios = {
-            what: _p(rows, backend, what, FULL_DEVELOPERS, "p50_ms") / _p(rows, backend, what, SIZES[0], "p50_ms")
+        medians = {
+            what: (_p(rows, backend, what, FULL_DEVELOPERS, "p50_ms"), _p(rows, backend, what, SIZES[0], "p50_ms"))
             for what in steady
         }
-        grown = {
-            what: _p(rows, backend, what, FULL_DEVELOPERS, "p50_ms") - _p(rows, backend, what, SIZES[0], "p50_ms")
-            for what in steady
-        }
+        ratios = {what: big / small for what, (big, small) in medians.items()}
+        grown = {what: big - small for what, (big, small) in medians.items()}
         worst = max(ratios, key=ratios.__getitem__)
         budgets.append({
             "what": f"steady p50 at {FULL_DEVELOPERS:,} over {SIZES[0]:,} developers a week, interleaved, worst "
