@@ -19,8 +19,9 @@ import pytest
 
 from spool_reporter import App, cli
 from spool_reporter._firstrun import notice_text
+from spool_reporter._hook import FLUSHER_LOCK_NAME
 
-from support.commands import unnamed
+from support.commands import flusher_idle, unnamed
 from support.polling import wait_for
 from support.sandbox import REPO, Sandbox
 
@@ -279,6 +280,11 @@ def test_the_example_reports_its_commands_end_to_end(sandbox: Sandbox, tmp_path:
         assert "greet analytics disable" in first.stderr
         # The first run started the detached flusher, which delivers to the collector.
         wait_for(lambda: stored(db) == [("Greet", "hello")], timeout=60, what="the collector to store the event")
+        # The collector stores the event before the flusher, reading its answer, takes it out of the spool: on a
+        # loaded machine the status below could still count it (2 events, "last flush: never"), and a flusher still
+        # running could take the second event too.
+        assert (sandbox.state_dir(greet_app) / FLUSHER_LOCK_NAME).exists()  # the wait below waits for something
+        wait_for(lambda: flusher_idle(sandbox, greet_app), timeout=60, what="the flusher to end")
         second = greet(env, "hello", "again")
         assert (second.stdout, second.stderr) == ("Hello, again!\n", "")
         status = greet(env, "analytics", "status")
