@@ -123,14 +123,23 @@ WORKERS = os.environ.get("SPOOL_REPORTER_TEST_WORKERS", "auto")
 """pytest-xdist workers of the parallel run (``auto``: one per core); ``0`` runs everything in one process."""
 
 
+PYTEST_ENV: dict[str, str | None] = {"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": None}
+"""The environment of every pytest run. ``PYTHONDONTWRITEBYTECODE`` unset (it is set on the machines the suite's
+figures come from): pytest then keeps each test module it rewrote for its assertions (``__pycache__``, git-ignored)
+instead of parsing and rewriting all of them again in every process, 4 s of each collection of the whole suite
+(docs/testing.md). The processes the tests start get their environment from the tests (``support/sandbox.py`` sets
+it again)."""
+
+
 def _runs(marks: str, posargs: list[str]) -> list[list[str]]:
-    """The pytest arguments of one suite: the tests not marked ``serial`` spread over the workers, then the
-    ``serial`` ones alone, so that nothing else loads the machine while they time or load it (docs/testing.md).
+    """The pytest arguments of one suite: the tests marked ``serial`` alone, so that nothing else loads the machine
+    while they time or load it, then the others spread over the workers (docs/testing.md). The serial run comes
+    first because it is one process: it rewrites the test modules once, and the workers read what it kept.
     ``worksteal``: a worker that runs out of tests takes some of another's, so that no core idles at the end of a
     run of long tests (the fault suite's, the collector's) queued on one worker."""
     return [
-        ["-n", WORKERS, "--dist", "worksteal", "-m", f"({marks}) and not serial", *posargs],
         ["-p", "no:xdist", "-m", f"({marks}) and serial", *posargs],
+        ["-n", WORKERS, "--dist", "worksteal", "-m", f"({marks}) and not serial", *posargs],
     ]
 
 
@@ -156,7 +165,7 @@ def tests(session: nox.Session) -> None:
     Pythons the tests whose outcome can depend on the Python (``every_python``). Django commands run in the
     ``django`` session. The ``collector`` extra (psycopg, gunicorn) is installed so that the PostgreSQL and
     gunicorn tests run: one PostgreSQL per worker (~3 s), a few gunicorn processes."""
-    env = {"PYTHONHASHSEED": "0"}
+    env = dict(PYTEST_ENV)
     if session.python == FAULTS_PYTHON:
         _install(session, ".[collector]", *TEST_DEPS, *DOCS_DEPS, *COVERAGE_DEPS)
         env["SPOOL_REPORTER_DOCS_TESTS"] = "required"
@@ -169,7 +178,7 @@ def tests(session: nox.Session) -> None:
             session.error(f"{failed} of {len(runs)} pytest runs failed")
 
 
-def _pytest_with_coverage(session: nox.Session, runs: list[list[str]], env: dict[str, str]) -> None:
+def _pytest_with_coverage(session: nox.Session, runs: list[list[str]], env: dict[str, str | None]) -> None:
     """The pytest runs under coverage, then the combined report of every measured process, which fails below the
     floor (``fail_under``). Its TOTAL line is what ``scripts/dev.py test`` repeats in its last line
     (docs/testing.md). pytest-xdist's workers are Python processes the run starts, measured like any other."""
@@ -218,7 +227,7 @@ def django(session: nox.Session) -> None:
     for i, series in enumerate(DJANGO_SERIES[str(session.python)]):
         # An editable install does not depend on the Django version: test it with the first series only.
         env = {
-            "PYTHONHASHSEED": "0",
+            **PYTEST_ENV,
             "SPOOL_REPORTER_TEST_DJANGO": series,
             "SPOOL_REPORTER_TEST_EDITABLE": str(int(i == 0)),
             "SPOOL_REPORTER_TEST_SHARED": str(shared),
@@ -239,7 +248,7 @@ def quick(session: nox.Session) -> None:
     _install(session, ".[collector]", *TEST_DEPS)
     runs = _runs("not django", session.posargs)
     failed = _run_all(
-        runs, lambda args: session.run("pytest", "-q", *args, env={"PYTHONHASHSEED": "0"}, success_codes=[0, NO_TESTS])
+        runs, lambda args: session.run("pytest", "-q", *args, env=PYTEST_ENV, success_codes=[0, NO_TESTS])
     )
     if failed:
         session.error(f"{failed} of {len(runs)} pytest runs failed")
