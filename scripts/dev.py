@@ -2,7 +2,7 @@
 
     python3 scripts/dev.py demo    # the main job: a real Django command reported end to end, offline
     python3 scripts/dev.py test    # the whole test suite (every installed Python 3.10-3.13, real Django 4.2-6.1)
-    python3 scripts/dev.py check   # lint, typecheck, docs and benchmarks (what CI adds; or name some: check bench)
+    python3 scripts/dev.py check   # lint, typecheck, docs and benchmarks (what CI adds)
     python3 scripts/dev.py quick   # the tests a change touches, in parallel, in well under a minute
 
 ``quick`` runs, on one Python and without coverage, the test files named after it (``quick tests/client/test_spool.py
@@ -81,16 +81,6 @@ def _quick_args(argv: list[str]) -> list[str] | None:
     }
     picked = touched_tests(_changed_files(), tests)
     return [*picked, *argv] if picked else None
-
-
-def chosen_sessions(verb: str, rest: list[str]) -> tuple[list[str], list[str]]:
-    """The nox sessions of ``verb`` and the arguments left for nox: ``check lint docs -r`` runs only the sessions
-    of ``check`` named first (``.ci/run`` runs the benchmarks apart, after the services are installed)."""
-    sessions = SESSIONS[verb]
-    if verb != "check":
-        return sessions, rest
-    count = next((i for i, arg in enumerate(rest) if arg not in sessions), len(rest))
-    return (rest[:count], rest[count:]) if count else (sessions, rest)
 
 
 def _bin(name: str) -> Path:
@@ -181,8 +171,7 @@ def main(argv: list[str]) -> int:
             return 0
         print(f"scripts/dev.py quick: {' '.join(quick)}", file=sys.stderr)
         rest = ["--", *quick]
-    sessions, rest = chosen_sessions(argv[0], rest)
-    cmd = [str(_bin("nox")), "-s", *sessions, *rest]
+    cmd = [str(_bin("nox")), "-s", *SESSIONS[argv[0]], *rest]
     if argv[0] != "test":
         return subprocess.run(cmd, cwd=REPO, env=_pyenv_path(), check=False).returncode
     status, lines = _tee(cmd)

@@ -51,17 +51,8 @@ def test_the_coverage_figure_is_repeated_in_the_last_line() -> None:
 
 def test_the_ci_script_runs_the_tests_last() -> None:
     script = (REPO / ".ci" / "run").read_text()
-    order = [script.index(f"python3 scripts/dev.py {step}") for step in ("demo", "check", "test")]
+    order = [script.index(f"python3 scripts/dev.py {step}") for step in ("check", "demo", "test")]
     assert order == sorted(order)
-    # The check's sessions, in the two calls that install the services between them: every one, once.
-    dev = _dev()
-    named = [
-        session
-        for line in script.splitlines()
-        if line.startswith("python3 scripts/dev.py check ")
-        for session in dev.chosen_sessions("check", line.split("||")[0].split()[3:])[0]  # type: ignore[attr-defined]
-    ]
-    assert sorted(named) == sorted(dev.SESSIONS["check"])  # type: ignore[attr-defined]
     assert script.rstrip().splitlines()[-1].startswith("[ ")  # after the tests, nothing more is printed
     assert subprocess.run(["bash", "-n", str(REPO / ".ci" / "run")], check=False).returncode == 0
 
@@ -81,14 +72,3 @@ def test_quick_runs_the_test_files_a_change_touches() -> None:
     ]
     assert touched(["tests/collector/test_public.py", "docs/testing.md"], tests) == ["tests/collector/test_public.py"]
     assert touched(["docs/testing.md"], tests) == []
-
-
-def test_check_runs_the_sessions_named_first() -> None:
-    dev = _dev()
-    chosen = dev.chosen_sessions  # type: ignore[attr-defined]
-    everything = dev.SESSIONS["check"]  # type: ignore[attr-defined]
-    assert chosen("check", []) == (everything, [])
-    assert chosen("check", ["bench"]) == (["bench"], [])
-    assert chosen("check", ["lint", "docs", "-r"]) == (["lint", "docs"], ["-r"])
-    assert chosen("check", ["-r", "lint"]) == (everything, ["-r", "lint"])  # nox's own arguments, as before
-    assert chosen("test", ["tests"]) == (dev.SESSIONS["test"], ["tests"])  # type: ignore[attr-defined]
