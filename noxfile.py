@@ -205,7 +205,7 @@ def _pytest_with_coverage(session: nox.Session, runs: list[list[str]], env: dict
 def django(session: nox.Session) -> None:
     """Real Django commands in throw-away virtual environments with the built wheel (and an editable install),
     once per Django series of ``DJANGO_SERIES`` on this Python; every series runs even after one failed. The wheel
-    is built once for the session and each series' environment once for its two pytest runs (parallel, serial)."""
+    is built once for the session and each series' environment once for its two pytest runs (serial, then parallel)."""
     if not DJANGO_SERIES.get(str(session.python)):
         session.skip(f"no Django series is paired with Python {session.python} here (DJANGO_SUPPORT)")
     # hatchling and editables: the tests build the wheel and the editable install without build isolation, with
@@ -243,7 +243,7 @@ def django(session: nox.Session) -> None:
 @nox.session(python=TOOLS_PYTHON)
 def quick(session: nox.Session) -> None:
     """The test files named (``nox -s quick -- tests/client/test_spool.py``; ``scripts/dev.py quick`` names the
-    ones a change touches): on one Python, without coverage, the parallel run then the serial one; real Django
+    ones a change touches): on one Python, without coverage, the serial run then the parallel one; real Django
     tests are left to the ``django`` session."""
     _install(session, ".[collector]", *TEST_DEPS)
     runs = _runs("not django", session.posargs)
