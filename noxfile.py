@@ -119,8 +119,10 @@ FAULTS_PYTHON = "3.11"
 CI size and the docs tests; on every other Python only the tests marked ``every_python`` run (the rule is
 ``tests/conftest.py``'s, and docs/testing.md says why)."""
 
-WORKERS = os.environ.get("SPOOL_REPORTER_TEST_WORKERS", "auto")
-"""pytest-xdist workers of the parallel run (``auto``: one per core); ``0`` runs everything in one process."""
+CORES = os.cpu_count() or 1
+WORKERS = os.environ.get("SPOOL_REPORTER_TEST_WORKERS", "")
+"""pytest-xdist workers of every parallel run when set (``0`` runs everything in one process); unset, each suite
+takes its own number (``_runs``)."""
 
 
 PYTEST_ENV: dict[str, str | None] = {"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": None}
@@ -131,15 +133,24 @@ instead of parsing and rewriting all of them again in every process, 4 s of each
 it again)."""
 
 
-def _runs(marks: str, posargs: list[str]) -> list[list[str]]:
+TESTS_WORKERS = CORES + 1
+"""The ``tests`` session's parallel runs take one worker more than the cores: a third of their time its tests wait on
+the processes and servers they start (the machine 60-80 % busy with one worker per core), and the third worker
+fills it: the whole suite's parallel run under coverage took 198 s with three workers on the 2-core machine against
+244 s with two, run back to back (docs/testing.md). The ``django`` session's runs are CPU-bound (more workers
+measured no faster there): one per core."""
+
+
+def _runs(marks: str, posargs: list[str], *, workers: int = CORES) -> list[list[str]]:
     """The pytest arguments of one suite: the tests marked ``serial`` alone, so that nothing else loads the machine
     while they time or load it, then the others spread over the workers (docs/testing.md). The serial run comes
     first because it is one process: it rewrites the test modules once, and the workers read what it kept.
     ``worksteal``: a worker that runs out of tests takes some of another's, so that no core idles at the end of a
-    run of long tests (the fault suite's, the collector's) queued on one worker."""
+    run of long tests (the fault suite's, the collector's) queued on one worker. ``workers``: one per core unless
+    the suite waits on its processes and servers enough for one more to pay (docs/testing.md)."""
     return [
         ["-p", "no:xdist", "-m", f"({marks}) and serial", *posargs],
-        ["-n", WORKERS, "--dist", "worksteal", "-m", f"({marks}) and not serial", *posargs],
+        ["-n", WORKERS or str(workers), "--dist", "worksteal", "-m", f"({marks}) and not serial", *posargs],
     ]
 
 
@@ -169,10 +180,10 @@ def tests(session: nox.Session) -> None:
     if session.python == FAULTS_PYTHON:
         _install(session, ".[collector]", *TEST_DEPS, *DOCS_DEPS, *COVERAGE_DEPS)
         env["SPOOL_REPORTER_DOCS_TESTS"] = "required"
-        _pytest_with_coverage(session, _runs("not django", session.posargs), env)
+        _pytest_with_coverage(session, _runs("not django", session.posargs, workers=TESTS_WORKERS), env)
     else:
         _install(session, ".[collector]", *TEST_DEPS)
-        runs = _runs("every_python and not django", session.posargs)
+        runs = _runs("every_python and not django", session.posargs, workers=TESTS_WORKERS)
         failed = _run_all(runs, lambda args: session.run("pytest", *args, env=env, success_codes=[0, NO_TESTS]))
         if failed:
             session.error(f"{failed} of {len(runs)} pytest runs failed")
