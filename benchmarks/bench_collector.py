@@ -15,6 +15,13 @@ best round of its best server must meet the budget, and that server's median rou
 a noisy 2-core machine running clients, servers and PostgreSQL on the same two cores can lose a round to a
 neighbour, but not every round. Peak RSS budget: 64 MiB per process.
 
+**This machine's pace.** The shared 2-core machines vary by day: the same code ingested 68,000 events/s in
+process on 2026-12-04 and 18,700/s on 2026-12-07. Before every turn the benchmark times a fixed workload of
+the standard library alone (JSON, SQLite in memory, hashing; none of the collector's code) in wall time, so
+that a neighbour taking the cores shows in it. The throughput budgets are divided by how much slower than
+:data:`PACE_REFERENCE_S` the median of those timings was, at most :data:`MAX_SLOWDOWN` times: a slow day
+cannot fail the budget, and a slower collector still does (its code is not in the probe).
+
 **In process.** The WSGI application called directly from one thread on each back end (no HTTP, no
 client processes): the ceiling the servers work under. Printed and published, not asserted.
 
@@ -47,6 +54,12 @@ BUDGET_EVENTS_PER_S = 20_000
 GOAL_EVENTS_PER_S = 50_000
 MEDIAN_TOLERANCE = 0.75
 """The median round may fall this far below the budget on a noisy machine (the best round may not)."""
+PACE_REFERENCE_S = 0.015
+"""Wall time of :func:`_pace` on this machine at its quietest, measured by hand on 2026-12-07: medians of 30
+runs 14.5-14.7 ms while the same code ingested 34,000-45,000 events/s in process; with three busy loops
+taking the two cores, 30.5-31.0 ms (2.1x) and 18,700-26,000/s (1.8x)."""
+MAX_SLOWDOWN = 2.5
+"""The budgets are never divided by more than this: below 8,000/s the collector fails whatever the day."""
 BUDGET_RSS_MIB = 64
 """Peak resident memory of one collector process (Python + sqlite3/psycopg: ~30-45 MiB measured)."""
 BATCH = 500
@@ -97,6 +110,26 @@ def _events(who: str, batch: int, now: float) -> list[dict[str, object]]:
             }
         )
     return events
+
+
+def _pace() -> float:
+    """Seconds (wall) of a fixed standard-library workload shaped like an ingest: parse a batch of JSON, hash
+    its ids, insert its rows into SQLite in memory and commit."""
+    import sqlite3
+
+    body = json.dumps([{"id": _uid("pace", i), "n": i, "name": f"event-{i % 7}"} for i in range(BATCH)]).encode()
+    started = time.perf_counter()
+    with contextlib.closing(sqlite3.connect(":memory:")) as db:
+        db.execute("CREATE TABLE t (id TEXT PRIMARY KEY, n INTEGER, name TEXT, h BLOB)")
+        for _ in range(8):
+            rows = json.loads(body)
+            db.execute("DELETE FROM t")
+            db.executemany(
+                "INSERT INTO t VALUES (?, ?, ?, ?)",
+                [(r["id"], r["n"], r["name"], hashlib.blake2b(r["id"].encode(), digest_size=8).digest()) for r in rows],
+            )
+            db.commit()
+    return time.perf_counter() - started
 
 
 def client(host: str, port: int, who: str, batches: int) -> None:
@@ -299,8 +332,10 @@ def main() -> int:
                     collectors.append(
                         Collector(f"{backend} {kind}", backend=backend, server=kind, db=db, env=env, deadline=deadline)
                     )
+            paces: list[float] = []
             for r in range(args.rounds):
                 for c in collectors[r % len(collectors) :] + collectors[: r % len(collectors)]:
+                    paces.append(_pace())
                     _round(env, c, clients=args.clients, batches=args.batches, tag=f"{c.name}-{r}", deadline=deadline)
             rss = {c.name: c.rss() for c in collectors}
         finally:
@@ -334,6 +369,13 @@ def main() -> int:
         )
     for row in in_process:
         print(f"  {row['collector']:<22} {row['rate']:>7,}/s (one thread, no HTTP; not asserted)")
+    pace = statistics.median(paces)
+    slower = min(MAX_SLOWDOWN, max(1.0, pace / PACE_REFERENCE_S))
+    print(
+        f"  this machine's pace: {pace * 1000:.1f} ms (median of {len(paces)}, before each turn) for the "
+        f"{PACE_REFERENCE_S * 1000:.0f} ms reference: {pace / PACE_REFERENCE_S:.2f}x, budgets divided by {slower:.2f}"
+    )
+    floor = BUDGET_EVENTS_PER_S / slower
     budgets: list[dict[str, object]] = []
     for backend in ("sqlite", "postgresql"):
         mine = [row for row in rows if str(row["collector"]).startswith(backend)]
@@ -341,13 +383,14 @@ def main() -> int:
         best, median = int(best_row["best"]), int(best_row["median"])  # type: ignore[call-overload]
         budgets.append(
             {"what": f"{backend} ingest, best round ({best_row['collector']})", "measured": f"{best:,}/s",
-             "budget": f">= {BUDGET_EVENTS_PER_S:,}/s (goal {GOAL_EVENTS_PER_S:,}/s)",
-             "ok": best >= BUDGET_EVENTS_PER_S}
+             "budget": f">= {BUDGET_EVENTS_PER_S:,}/s / {slower:.2f} (this machine's pace) = {floor:,.0f}/s "
+                       f"(goal {GOAL_EVENTS_PER_S:,}/s)",
+             "ok": best >= floor}
         )  # fmt: skip
         budgets.append(
             {"what": f"{backend} ingest, median round ({best_row['collector']})", "measured": f"{median:,}/s",
-             "budget": f">= {MEDIAN_TOLERANCE:.0%} of {BUDGET_EVENTS_PER_S:,}/s",
-             "ok": median >= BUDGET_EVENTS_PER_S * MEDIAN_TOLERANCE}
+             "budget": f">= {MEDIAN_TOLERANCE:.0%} of {floor:,.0f}/s",
+             "ok": median >= floor * MEDIAN_TOLERANCE}
         )  # fmt: skip
     for row in rows:
         mib = row["peak_rss_mib"]
@@ -357,7 +400,7 @@ def main() -> int:
                  "ok": float(mib) <= BUDGET_RSS_MIB}  # type: ignore[arg-type]
             )  # fmt: skip
     command = "python benchmarks/bench_collector.py " + " ".join(sys.argv[1:])
-    figures = {"ingest": rows, "in_process": in_process}
+    figures = {"ingest": rows, "in_process": in_process, "pace_ms": round(pace * 1000, 1), "slowdown": round(slower, 2)}
     ok = publish("collector", command.strip(), figures, budgets)
     return 0 if ok else 1
 
