@@ -120,6 +120,11 @@ CI size and the docs tests; on every other Python only the tests marked ``every_
 ``tests/conftest.py``'s, and docs/testing.md says why)."""
 
 CORES = os.cpu_count() or 1
+RUNS = os.environ.get("SPOOL_REPORTER_TEST_RUNS", "")
+"""``serial`` or ``parallel``: only that run of each suite (``scripts/dev.py test`` runs the ``django`` sessions'
+parallel runs apart, at idle priority, while the ``tests`` sessions run; docs/testing.md); unset, both."""
+if RUNS not in ("", "serial", "parallel"):
+    raise SystemExit(f"noxfile.py: SPOOL_REPORTER_TEST_RUNS={RUNS!r}: use serial or parallel, or leave it unset")
 WORKERS = os.environ.get("SPOOL_REPORTER_TEST_WORKERS", "")
 """pytest-xdist workers of every parallel run when set (``0`` runs everything in one process); unset, each suite
 takes its own number (``_runs``)."""
@@ -148,10 +153,11 @@ def _runs(marks: str, posargs: list[str], *, workers: int = CORES) -> list[list[
     ``worksteal``: a worker that runs out of tests takes some of another's, so that no core idles at the end of a
     run of long tests (the fault suite's, the collector's) queued on one worker. ``workers``: one per core unless
     the suite waits on its processes and servers enough for one more to pay (docs/testing.md)."""
-    return [
-        ["-p", "no:xdist", "-m", f"({marks}) and serial", *posargs],
-        ["-n", WORKERS or str(workers), "--dist", "worksteal", "-m", f"({marks}) and not serial", *posargs],
-    ]
+    both = {
+        "serial": ["-p", "no:xdist", "-m", f"({marks}) and serial", *posargs],
+        "parallel": ["-n", WORKERS or str(workers), "--dist", "worksteal", "-m", f"({marks}) and not serial", *posargs],
+    }
+    return [both[RUNS]] if RUNS else list(both.values())
 
 
 NO_TESTS = 5
@@ -206,8 +212,8 @@ def _pytest_with_coverage(session: nox.Session, runs: list[list[str]], env: dict
     )
     session.run("coverage", "combine", "--quiet", env=env)
     # The floor holds for the whole suite when it passed; the figure of a failed run, or of some tests
-    # (nox -s tests-3.11 -- tests/client), is only printed.
-    session.run("coverage", "report", *(["--fail-under=0"] if failed or session.posargs else []), env=env)
+    # (nox -s tests-3.11 -- tests/client, or one of the two runs: RUNS), is only printed.
+    session.run("coverage", "report", *(["--fail-under=0"] if failed or session.posargs or RUNS else []), env=env)
     if failed:
         session.error(f"{failed} of {len(runs)} pytest runs failed")
 

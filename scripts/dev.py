@@ -24,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import venv
 from pathlib import Path
 
@@ -131,11 +132,17 @@ def summary_line(totals: dict[str, int], status: int, coverage: str | None = Non
     return f"tests: {counts} in {totals['runs']} pytest runs{measured}{verdict}"
 
 
-def _tee(cmd: list[str]) -> tuple[int, list[str]]:
+def _tee(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, list[str]]:
     """Run ``cmd`` with its output passed through line by line; its exit status and the lines."""
     seen: list[str] = []
     with subprocess.Popen(
-        cmd, cwd=REPO, env=_pyenv_path(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+        cmd,
+        cwd=REPO,
+        env=_pyenv_path() if env is None else env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
     ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -143,6 +150,74 @@ def _tee(cmd: list[str]) -> tuple[int, list[str]]:
             sys.stdout.flush()
             seen.append(line)
     return proc.returncode, seen
+
+
+RUNS_ENV = "SPOOL_REPORTER_TEST_RUNS"
+"""The noxfile runs only the ``serial`` or the ``parallel`` run of each suite when it is set."""
+BESIDE_ENV = "SPOOL_REPORTER_TEST_BESIDE"
+"""``0``: ``test`` runs its sessions one after another, as on a system without an idle scheduling class."""
+BESIDE_PORT_BLOCK = "15"
+"""The first block of ports (``tests/support/ports.py``) of the runs started beside the ``tests`` sessions, far from
+the blocks of their workers (1 to 3)."""
+
+
+def _at_idle_priority() -> None:
+    """In the child, before it runs nox: scheduled only when no other process wants the CPU (Linux's
+    ``SCHED_IDLE``; every process it starts inherits it)."""
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
+def can_run_beside(env: dict[str, str]) -> bool:
+    """Whether ``test`` may run the ``django`` sessions' parallel runs beside the ``tests`` sessions: an idle
+    scheduling class exists here (Linux) and ``SPOOL_REPORTER_TEST_BESIDE`` is not ``0``."""
+    return hasattr(os, "SCHED_IDLE") and hasattr(os, "sched_setscheduler") and env.get(BESIDE_ENV, "1") != "0"
+
+
+def run_tests(nox: str, rest: list[str]) -> tuple[int, list[str]]:
+    """The ``tests`` and ``django`` sessions; their exit status (the first that failed) and every line they printed.
+
+    Where it can (:func:`can_run_beside`) it spends on the Django commands the CPU that the ``tests`` sessions'
+    serial runs leave idle (about half of it: they wait on deadlines, timeouts and servers): first the ``django``
+    sessions' serial runs, alone; then their parallel runs in the background at idle priority, which take only the
+    CPU that nothing else wants, while the ``tests`` sessions run as before; their output follows the ``tests``
+    sessions'. The ``tests`` sessions' serial runs passed as alone beside them (docs/testing.md)."""
+    env = _pyenv_path()
+    if not can_run_beside(env):
+        return _tee([nox, "-s", *SESSIONS["test"], *rest], env)
+    status, lines = _tee([nox, "-s", "django", *rest], {**env, RUNS_ENV: "serial"})
+    beside_env = {**env, RUNS_ENV: "parallel", "SPOOL_REPORTER_TEST_PORT_BLOCK": BESIDE_PORT_BLOCK}
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out:
+        try:
+            beside = subprocess.Popen(
+                [nox, "-s", "django", *rest],
+                cwd=REPO,
+                env=beside_env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_at_idle_priority,  # noqa: PLW1509 - this script starts no thread
+            )
+        except (OSError, subprocess.SubprocessError) as exc:  # the idle class refused here: one after another
+            print(f"scripts/dev.py: cannot run at idle priority ({exc}); the sessions run one after another")
+            tests_status, seen = _tee([nox, "-s", "tests", *rest], env)
+            beside_status, later = _tee([nox, "-s", "django", *rest], {**env, RUNS_ENV: "parallel"})
+            return next((s for s in (status, tests_status, beside_status) if s), 0), [*lines, *seen, *later]
+        try:
+            tests_status, seen = _tee([nox, "-s", "tests", *rest], env)
+            beside_status = beside.wait()
+        finally:
+            if beside.poll() is None:  # interrupted: stop it too
+                beside.terminate()
+                beside.wait(60)
+        out.seek(0)
+        print(
+            "scripts/dev.py: the django sessions' parallel runs, which ran beside the tests sessions at idle priority:",
+            flush=True,
+        )
+        later = out.readlines()
+        sys.stdout.writelines(later)
+        sys.stdout.flush()
+    statuses = [status, tests_status, beside_status]
+    return next((s for s in statuses if s), 0), [*lines, *seen, *later]
 
 
 def main(argv: list[str]) -> int:
@@ -174,7 +249,7 @@ def main(argv: list[str]) -> int:
     cmd = [str(_bin("nox")), "-s", *SESSIONS[argv[0]], *rest]
     if argv[0] != "test":
         return subprocess.run(cmd, cwd=REPO, env=_pyenv_path(), check=False).returncode
-    status, lines = _tee(cmd)
+    status, lines = run_tests(str(_bin("nox")), rest)
     totals = add_up(lines)
     print(summary_line(totals, status, coverage_total(lines)), flush=True)
     return status if status else (1 if totals["failed"] or totals["errors"] or not totals["runs"] else 0)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -47,6 +51,32 @@ def test_the_coverage_figure_is_repeated_in_the_last_line() -> None:
     line = dev.summary_line(dev.add_up(lines), 0, figure)  # type: ignore[attr-defined]
     assert line == "tests: 564 passed, 0 failed, 3 skipped in 1 pytest runs; coverage 87.5% of lines and branches"
     assert dev.coverage_total(lines[-2:]) is None  # type: ignore[attr-defined]  # no session measured
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux's idle scheduling class")
+def test_the_runs_beside_the_tests_take_only_idle_cpu_and_ports_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    dev = _dev()
+    assert dev.can_run_beside({})  # type: ignore[attr-defined]
+    assert not dev.can_run_beside({dev.BESIDE_ENV: "0"})  # type: ignore[attr-defined]
+    probe = "import os; print(os.sched_getscheduler(0) == os.SCHED_IDLE, os.sched_getscheduler(os.getppid()))"
+    child = subprocess.run(
+        [sys.executable, "-c", probe],
+        preexec_fn=dev._at_idle_priority,  # type: ignore[attr-defined]
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert child.stdout.split() == ["True", str(os.SCHED_OTHER)]  # the child only, not this process
+
+    from support import ports
+
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    monkeypatch.delenv(ports.PORT_BLOCK_ENV, raising=False)
+    assert ports.worker_index() == 2
+    monkeypatch.setenv(ports.PORT_BLOCK_ENV, dev.BESIDE_PORT_BLOCK)  # type: ignore[attr-defined]
+    assert ports.worker_index() == 17  # past the blocks of the tests sessions' workers
+    first = ports.BASE + 17 * ports.BLOCK
+    assert first <= ports.free_port() < first + ports.BLOCK
 
 
 def test_the_ci_script_runs_the_tests_last() -> None:

@@ -5,7 +5,9 @@ A port the kernel picks (bind to 0, close, hand the number over) comes from its 
 outgoing connection or ``bind(0)`` of another process can take it before the server binds it: rare with one test
 process, frequent enough to matter with several pytest-xdist workers on one machine. So each worker hands out
 ports from a block of its own below that range (``gw0`` the second block, ``gw1`` the third, a run without
-workers the first), each checked free by binding it, and never hands out the same port twice.
+workers the first), each checked free by binding it, and never hands out the same port twice. Two pytest runs at
+once (``scripts/dev.py test`` runs the ``django`` sessions' parallel runs beside the ``tests`` sessions) keep
+apart with ``SPOOL_REPORTER_TEST_PORT_BLOCK``: the first block of the run's own.
 """
 
 from __future__ import annotations
@@ -21,15 +23,20 @@ BLOCK = 400
 """Ports per worker: more than any one worker's tests ask for (about 20 in a whole run)."""
 WORKERS = 30
 """Blocks there are room for below 32768."""
+PORT_BLOCK_ENV = "SPOOL_REPORTER_TEST_PORT_BLOCK"
+"""The first block of this run's (``scripts/dev.py`` gives the runs it starts beside others blocks of their own)."""
 
 _lock = threading.Lock()
 _next = itertools.count()
 
 
 def worker_index() -> int:
-    """0 without pytest-xdist, else 1 + the worker's number (``PYTEST_XDIST_WORKER=gw3`` is 4)."""
+    """0 without pytest-xdist, else 1 + the worker's number (``PYTEST_XDIST_WORKER=gw3`` is 4), after the run's
+    first block (``SPOOL_REPORTER_TEST_PORT_BLOCK``, 0 unless set)."""
     name = os.environ.get("PYTEST_XDIST_WORKER", "")
-    return int(name[2:]) + 1 if name.startswith("gw") and name[2:].isdigit() else 0
+    first = os.environ.get(PORT_BLOCK_ENV, "0")
+    own = int(first) if first.isdigit() else 0
+    return own + (int(name[2:]) + 1 if name.startswith("gw") and name[2:].isdigit() else 0)
 
 
 def free_port() -> int:
