@@ -222,7 +222,8 @@ def _pytest_with_coverage(session: nox.Session, runs: list[list[str]], env: dict
 def django(session: nox.Session) -> None:
     """Real Django commands in throw-away virtual environments with the built wheel (and an editable install),
     once per Django series of ``DJANGO_SERIES`` on this Python; every series runs even after one failed. The wheel
-    is built once for the session and each series' environment once for its two pytest runs (serial, then parallel)."""
+    is built once for the session and each series' environment once for its two pytest runs (serial, then parallel;
+    ``scripts/dev.py test`` runs them in two invocations, each building its own, ``RUNS``)."""
     if not DJANGO_SERIES.get(str(session.python)):
         session.skip(f"no Django series is paired with Python {session.python} here (DJANGO_SUPPORT)")
     # hatchling and editables: the tests build the wheel and the editable install without build isolation, with

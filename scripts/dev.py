@@ -19,9 +19,11 @@ the last line of a long log says how it went.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -162,8 +164,16 @@ the blocks of their workers (1 to 3)."""
 
 
 def _at_idle_priority() -> None:
-    """In the child, before it runs nox: scheduled only when no other process wants the CPU (Linux's
-    ``SCHED_IDLE``; every process it starts inherits it)."""
+    """In the child, before it runs nox (``start_new_session``: its own session): scheduled only when no other
+    process wants the CPU (Linux's ``SCHED_IDLE``; every process it starts inherits it). With autogroups (Linux's
+    default) the kernel first shares the CPU between sessions by their autogroup's nice, whatever the policy of the
+    processes inside: the session's autogroup is set to nice 19 too, as low as a detached flusher's own (the
+    ``tests`` sessions wait on those: one waited out its 60 s while the Django runs shared the tests' autogroup)."""
+    try:
+        with open("/proc/self/autogroup", "w", encoding="ascii") as group:
+            group.write("19")
+    except OSError:  # no autogroups here: the idle class alone
+        pass
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
@@ -194,6 +204,7 @@ def run_tests(nox: str, rest: list[str]) -> tuple[int, list[str]]:
                 env=beside_env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # an autogroup of its own (above)
                 preexec_fn=_at_idle_priority,  # noqa: PLW1509 - this script starts no thread
             )
         except (OSError, subprocess.SubprocessError) as exc:  # the idle class refused here: one after another
@@ -205,8 +216,9 @@ def run_tests(nox: str, rest: list[str]) -> tuple[int, list[str]]:
             tests_status, seen = _tee([nox, "-s", "tests", *rest], env)
             beside_status = beside.wait()
         finally:
-            if beside.poll() is None:  # interrupted: stop it too
-                beside.terminate()
+            if beside.poll() is None:  # interrupted: stop it too (its own session: Ctrl-C does not reach it)
+                with contextlib.suppress(OSError):
+                    os.killpg(beside.pid, signal.SIGTERM)
                 beside.wait(60)
         out.seek(0)
         print(

@@ -58,15 +58,22 @@ def test_the_runs_beside_the_tests_take_only_idle_cpu_and_ports_of_their_own(mon
     dev = _dev()
     assert dev.can_run_beside({})  # type: ignore[attr-defined]
     assert not dev.can_run_beside({dev.BESIDE_ENV: "0"})  # type: ignore[attr-defined]
-    probe = "import os; print(os.sched_getscheduler(0) == os.SCHED_IDLE, os.sched_getscheduler(os.getppid()))"
+    probe = (
+        "import os, pathlib; group = pathlib.Path('/proc/self/autogroup');"
+        "print(os.sched_getscheduler(0) == os.SCHED_IDLE, os.sched_getscheduler(os.getppid()),"
+        "group.read_text().split()[-1] if group.exists() else 'none')"
+    )
     child = subprocess.run(
         [sys.executable, "-c", probe],
+        start_new_session=True,
         preexec_fn=dev._at_idle_priority,  # type: ignore[attr-defined]
         capture_output=True,
         text=True,
         check=True,
     )
-    assert child.stdout.split() == ["True", str(os.SCHED_OTHER)]  # the child only, not this process
+    idle, parent, group_nice = child.stdout.split()
+    assert (idle, parent) == ("True", str(os.SCHED_OTHER))  # the child only, not this process
+    assert group_nice in ("19", "none")  # its session's autogroup as low as a flusher's, where there are autogroups
 
     from support import ports
 
