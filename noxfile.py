@@ -123,6 +123,10 @@ CORES = os.cpu_count() or 1
 RUNS = os.environ.get("SPOOL_REPORTER_TEST_RUNS", "")
 """``serial`` or ``parallel``: only that run of each suite (``scripts/dev.py test`` runs the ``django`` sessions'
 parallel runs apart, at idle priority, while the ``tests`` sessions run; docs/testing.md); unset, both."""
+KEEP_SHARED_ENV = "SPOOL_REPORTER_TEST_KEEP_SHARED"
+"""``1``: the ``django`` session keeps the wheel and the Django environments that its previous invocation built (for
+the same checkout: ``scripts/dev.py test`` sets it for the parallel runs that follow the serial ones); unset, they
+are built again."""
 if RUNS not in ("", "serial", "parallel"):
     raise SystemExit(f"noxfile.py: SPOOL_REPORTER_TEST_RUNS={RUNS!r}: use serial or parallel, or leave it unset")
 WORKERS = os.environ.get("SPOOL_REPORTER_TEST_WORKERS", "")
@@ -223,7 +227,8 @@ def django(session: nox.Session) -> None:
     """Real Django commands in throw-away virtual environments with the built wheel (and an editable install),
     once per Django series of ``DJANGO_SERIES`` on this Python; every series runs even after one failed. The wheel
     is built once for the session and each series' environment once for its two pytest runs (serial, then parallel;
-    ``scripts/dev.py test`` runs them in two invocations, each building its own, ``RUNS``)."""
+    ``scripts/dev.py test`` runs them in two invocations, the second keeping what the first built: ``RUNS``,
+    ``KEEP_SHARED_ENV``)."""
     if not DJANGO_SERIES.get(str(session.python)):
         session.skip(f"no Django series is paired with Python {session.python} here (DJANGO_SUPPORT)")
     # hatchling and editables: the tests build the wheel and the editable install without build isolation, with
@@ -239,8 +244,9 @@ def django(session: nox.Session) -> None:
         "pip",
     )
     shared = Path(session.virtualenv.location) / "shared"  # not session.create_tmp(): see _pytest_with_coverage
-    shutil.rmtree(shared, ignore_errors=True)  # never a previous session's wheel
-    shared.mkdir()
+    if os.environ.get(KEEP_SHARED_ENV) != "1":
+        shutil.rmtree(shared, ignore_errors=True)  # never a previous session's wheel
+    shared.mkdir(exist_ok=True)
     failed = []
     for i, series in enumerate(DJANGO_SERIES[str(session.python)]):
         # An editable install does not depend on the Django version: test it with the first series only.

@@ -195,7 +195,13 @@ def run_tests(nox: str, rest: list[str]) -> tuple[int, list[str]]:
     if not can_run_beside(env):
         return _tee([nox, "-s", *SESSIONS["test"], *rest], env)
     status, lines = _tee([nox, "-s", "django", *rest], {**env, RUNS_ENV: "serial"})
-    beside_env = {**env, RUNS_ENV: "parallel", "SPOOL_REPORTER_TEST_PORT_BLOCK": BESIDE_PORT_BLOCK}
+    # The wheel and the Django environments that the serial runs built, of this same checkout, are kept.
+    beside_env = {
+        **env,
+        RUNS_ENV: "parallel",
+        "SPOOL_REPORTER_TEST_KEEP_SHARED": "1",
+        "SPOOL_REPORTER_TEST_PORT_BLOCK": BESIDE_PORT_BLOCK,
+    }
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out:
         try:
             beside = subprocess.Popen(
@@ -210,7 +216,9 @@ def run_tests(nox: str, rest: list[str]) -> tuple[int, list[str]]:
         except (OSError, subprocess.SubprocessError) as exc:  # the idle class refused here: one after another
             print(f"scripts/dev.py: cannot run at idle priority ({exc}); the sessions run one after another")
             tests_status, seen = _tee([nox, "-s", "tests", *rest], env)
-            beside_status, later = _tee([nox, "-s", "django", *rest], {**env, RUNS_ENV: "parallel"})
+            beside_status, later = _tee(
+                [nox, "-s", "django", *rest], {**env, RUNS_ENV: "parallel", "SPOOL_REPORTER_TEST_KEEP_SHARED": "1"}
+            )
             return next((s for s in (status, tests_status, beside_status) if s), 0), [*lines, *seen, *later]
         try:
             tests_status, seen = _tee([nox, "-s", "tests", *rest], env)
