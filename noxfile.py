@@ -142,12 +142,13 @@ instead of parsing and rewriting all of them again in every process, 4 s of each
 it again)."""
 
 
-TESTS_WORKERS = CORES + 1
-"""The ``tests`` session's parallel runs take one worker more than the cores: a third of their time its tests wait on
-the processes and servers they start (the machine 60-80 % busy with one worker per core), and the third worker
-fills it: the whole suite's parallel run under coverage took 198 s with three workers on the 2-core machine against
-244 s with two, run back to back (docs/testing.md). The ``django`` session's runs are CPU-bound (more workers
-measured no faster there): one per core."""
+TESTS_WORKERS = CORES
+"""The ``tests`` sessions' parallel runs take one worker per core. A third worker filled the time their tests wait
+on the processes they start (the whole suite's parallel run under coverage 198 s against 244 s with two), but it
+also left almost no gap for the detached flushers those tests wait on, which run at nice 19 by design: a
+clean-clone ``.ci/run`` with three workers failed on a fault test whose flusher had not delivered within its 20 s
+deadline (docs/testing.md). The idle CPU now goes to the ``django`` sessions' parallel runs, at idle priority
+(``scripts/dev.py test``)."""
 
 
 def _runs(marks: str, posargs: list[str], *, workers: int = CORES) -> list[list[str]]:
@@ -155,8 +156,8 @@ def _runs(marks: str, posargs: list[str], *, workers: int = CORES) -> list[list[
     while they time or load it, then the others spread over the workers (docs/testing.md). The serial run comes
     first because it is one process: it rewrites the test modules once, and the workers read what it kept.
     ``worksteal``: a worker that runs out of tests takes some of another's, so that no core idles at the end of a
-    run of long tests (the fault suite's, the collector's) queued on one worker. ``workers``: one per core unless
-    the suite waits on its processes and servers enough for one more to pay (docs/testing.md)."""
+    run of long tests (the fault suite's, the collector's) queued on one worker. ``workers``: one per core
+    (``TESTS_WORKERS`` says why not more)."""
     both = {
         "serial": ["-p", "no:xdist", "-m", f"({marks}) and serial", *posargs],
         "parallel": ["-n", WORKERS or str(workers), "--dist", "worksteal", "-m", f"({marks}) and not serial", *posargs],
