@@ -11,7 +11,9 @@ test file that names a package module changed (``spool_reporter._spool`` changed
 ``spool_reporter._spool`` or imports ``_spool`` from its package).
 
 It creates ``.dev-venv/`` with nox and uv in it (once; nox fills its sessions' environments with uv), puts every
-installed ``python3.X`` on nox's path, and runs the matching nox sessions. Extra arguments go to nox. ``test`` ends
+installed ``python3.X`` on nox's path, and runs the matching nox sessions. Extra arguments go to nox. On Linux
+``test`` runs the ``django`` sessions' parallel runs beside the ``tests`` sessions, at idle priority
+(:func:`run_tests`; ``SPOOL_REPORTER_TEST_BESIDE=0`` runs them one after another). ``test`` ends
 with one line that adds up every pytest run of every session and repeats the coverage figure of the one measured
 run (``tests: 1234 passed, 0 failed, 5 skipped in 12 pytest runs; coverage 87.5% of lines and branches``), so that
 the last line of a long log says how it went.
@@ -159,8 +161,8 @@ RUNS_ENV = "SPOOL_REPORTER_TEST_RUNS"
 BESIDE_ENV = "SPOOL_REPORTER_TEST_BESIDE"
 """``0``: ``test`` runs its sessions one after another, as on a system without an idle scheduling class."""
 BESIDE_PORT_BLOCK = "15"
-"""The first block of ports (``tests/support/ports.py``) of the runs started beside the ``tests`` sessions, far from
-the blocks of their workers (1 to 3)."""
+"""The first block of ports (``tests/support/ports.py``) of the runs started beside the ``tests`` sessions, far past
+the blocks of the ``tests`` sessions' workers (one block each, from the second)."""
 
 
 def _at_idle_priority() -> None:
@@ -227,7 +229,11 @@ def run_tests(nox: str, rest: list[str]) -> tuple[int, list[str]]:
             if beside.poll() is None:  # interrupted: stop it too (its own session: Ctrl-C does not reach it)
                 with contextlib.suppress(OSError):
                     os.killpg(beside.pid, signal.SIGTERM)
-                beside.wait(60)
+                try:
+                    beside.wait(60)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(OSError):
+                        os.killpg(beside.pid, signal.SIGKILL)
         out.seek(0)
         print(
             "scripts/dev.py: the django sessions' parallel runs, which ran beside the tests sessions at idle priority:",
