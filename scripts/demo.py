@@ -26,6 +26,7 @@ Nothing leaves 127.0.0.1. The whole run is bounded by :data:`DEMO_DEADLINE` seco
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -77,6 +78,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def stop(proc: subprocess.Popen[str], sig: int) -> None:
+    """Send ``sig`` to ``proc``'s process group (POSIX; ``start_new_session`` made one), or to ``proc`` alone."""
+    with contextlib.suppress(ProcessLookupError):
+        if hasattr(os, "killpg"):
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
 
 
 def wait_for(predicate: object, what: str, timeout: float) -> None:
@@ -157,6 +167,9 @@ def main() -> int:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             text=True,
+            # A process group of its own, as a terminal gives it: Ctrl-C reaches the autoreloader and the server it
+            # runs as its child, which a signal to the parent alone left serving after the demo ended.
+            start_new_session=True,
         )
         try:
 
@@ -170,11 +183,11 @@ def main() -> int:
             wait_for(serves, "runserver to serve a page", 30)
             print(f"  runserver answered http://127.0.0.1:{port}/")
         finally:
-            server.send_signal(signal.SIGINT)
+            stop(server, signal.SIGINT)
             try:
                 server.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                server.kill()
+                stop(server, getattr(signal, "SIGKILL", signal.SIGTERM))
                 server.wait(timeout=10)
 
         title("6. the detached flusher delivers; the collector counts developers")
