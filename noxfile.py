@@ -130,8 +130,8 @@ are built again."""
 if RUNS not in ("", "serial", "parallel"):
     raise SystemExit(f"noxfile.py: SPOOL_REPORTER_TEST_RUNS={RUNS!r}: use serial or parallel, or leave it unset")
 WORKERS = os.environ.get("SPOOL_REPORTER_TEST_WORKERS", "")
-"""pytest-xdist workers of every parallel run when set (``0`` runs everything in one process); unset, each suite
-takes its own number (``_runs``)."""
+"""pytest-xdist workers of every parallel run when set (``0`` runs everything in one process); unset, one per core
+(``_runs`` says why not more)."""
 
 
 PYTEST_ENV: dict[str, str | None] = {"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": None}
@@ -142,25 +142,20 @@ instead of parsing and rewriting all of them again in every process, 4 s of each
 it again)."""
 
 
-TESTS_WORKERS = CORES
-"""The ``tests`` sessions' parallel runs take one worker per core. A third worker filled the time their tests wait
-on the processes they start (the whole suite's parallel run under coverage 198 s against 244 s with two), but it
-also left almost no gap for the detached flushers those tests wait on, which run at nice 19 by design: a
-clean-clone ``.ci/run`` with three workers failed on a fault test whose flusher had not delivered within its 20 s
-deadline (docs/testing.md). The idle CPU now goes to the ``django`` sessions' parallel runs, at idle priority
-(``scripts/dev.py test``)."""
-
-
-def _runs(marks: str, posargs: list[str], *, workers: int = CORES) -> list[list[str]]:
+def _runs(marks: str, posargs: list[str]) -> list[list[str]]:
     """The pytest arguments of one suite: the tests marked ``serial`` alone, so that nothing else loads the machine
     while they time or load it, then the others spread over the workers (docs/testing.md). The serial run comes
     first because it is one process: it rewrites the test modules once, and the workers read what it kept.
     ``worksteal``: a worker that runs out of tests takes some of another's, so that no core idles at the end of a
-    run of long tests (the fault suite's, the collector's) queued on one worker. ``workers``: one per core
-    (``TESTS_WORKERS`` says why not more)."""
+    run of long tests (the fault suite's, the collector's) queued on one worker. One worker per core: a third
+    worker filled the time the ``tests`` sessions' tests wait on the processes they start (the whole suite's
+    parallel run under coverage 198 s against 244 s with two), but it also left almost no gap for the detached
+    flushers those tests wait on, which run at nice 19 by design: a clean-clone ``.ci/run`` with three workers
+    failed on a fault test whose flusher had not delivered within its 20 s deadline (docs/testing.md). The idle CPU
+    goes to the ``django`` sessions' parallel runs, at idle priority (``scripts/dev.py test``)."""
     both = {
         "serial": ["-p", "no:xdist", "-m", f"({marks}) and serial", *posargs],
-        "parallel": ["-n", WORKERS or str(workers), "--dist", "worksteal", "-m", f"({marks}) and not serial", *posargs],
+        "parallel": ["-n", WORKERS or str(CORES), "--dist", "worksteal", "-m", f"({marks}) and not serial", *posargs],
     }
     return [both[RUNS]] if RUNS else list(both.values())
 
@@ -191,10 +186,10 @@ def tests(session: nox.Session) -> None:
     if session.python == FAULTS_PYTHON:
         _install(session, ".[collector]", *TEST_DEPS, *DOCS_DEPS, *COVERAGE_DEPS)
         env["SPOOL_REPORTER_DOCS_TESTS"] = "required"
-        _pytest_with_coverage(session, _runs("not django", session.posargs, workers=TESTS_WORKERS), env)
+        _pytest_with_coverage(session, _runs("not django", session.posargs), env)
     else:
         _install(session, ".[collector]", *TEST_DEPS)
-        runs = _runs("every_python and not django", session.posargs, workers=TESTS_WORKERS)
+        runs = _runs("every_python and not django", session.posargs)
         failed = _run_all(runs, lambda args: session.run("pytest", *args, env=env, success_codes=[0, NO_TESTS]))
         if failed:
             session.error(f"{failed} of {len(runs)} pytest runs failed")

@@ -160,6 +160,10 @@ RUNS_ENV = "SPOOL_REPORTER_TEST_RUNS"
 """The noxfile runs only the ``serial`` or the ``parallel`` run of each suite when it is set."""
 BESIDE_ENV = "SPOOL_REPORTER_TEST_BESIDE"
 """``0``: ``test`` runs its sessions one after another, as on a system without an idle scheduling class."""
+KEEP_SHARED_ENV = "SPOOL_REPORTER_TEST_KEEP_SHARED"
+"""``1``: the noxfile's ``django`` session keeps the wheel and Django environments its previous invocation built."""
+PORT_BLOCK_ENV = "SPOOL_REPORTER_TEST_PORT_BLOCK"
+"""The first block of ports of a test run's own (``tests/support/ports.py``)."""
 BESIDE_PORT_BLOCK = "15"
 """The first block of ports (``tests/support/ports.py``) of the runs started beside the ``tests`` sessions, far past
 the blocks of the ``tests`` sessions' workers (one block each, from the second)."""
@@ -201,8 +205,8 @@ def run_tests(nox: str, rest: list[str]) -> tuple[int, list[str]]:
     beside_env = {
         **env,
         RUNS_ENV: "parallel",
-        "SPOOL_REPORTER_TEST_KEEP_SHARED": "1",
-        "SPOOL_REPORTER_TEST_PORT_BLOCK": BESIDE_PORT_BLOCK,
+        KEEP_SHARED_ENV: "1",
+        PORT_BLOCK_ENV: BESIDE_PORT_BLOCK,
     }
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out:
         try:
@@ -218,10 +222,8 @@ def run_tests(nox: str, rest: list[str]) -> tuple[int, list[str]]:
         except (OSError, subprocess.SubprocessError) as exc:  # the idle class refused here: one after another
             print(f"scripts/dev.py: cannot run at idle priority ({exc}); the sessions run one after another")
             tests_status, seen = _tee([nox, "-s", "tests", *rest], env)
-            beside_status, later = _tee(
-                [nox, "-s", "django", *rest], {**env, RUNS_ENV: "parallel", "SPOOL_REPORTER_TEST_KEEP_SHARED": "1"}
-            )
-            return next((s for s in (status, tests_status, beside_status) if s), 0), [*lines, *seen, *later]
+            beside_status, later = _tee([nox, "-s", "django", *rest], beside_env)
+            return _first_failure(status, tests_status, beside_status), [*lines, *seen, *later]
         try:
             tests_status, seen = _tee([nox, "-s", "tests", *rest], env)
             beside_status = beside.wait()
@@ -242,8 +244,12 @@ def run_tests(nox: str, rest: list[str]) -> tuple[int, list[str]]:
         later = out.readlines()
         sys.stdout.writelines(later)
         sys.stdout.flush()
-    statuses = [status, tests_status, beside_status]
-    return next((s for s in statuses if s), 0), [*lines, *seen, *later]
+    return _first_failure(status, tests_status, beside_status), [*lines, *seen, *later]
+
+
+def _first_failure(*statuses: int) -> int:
+    """The first exit status that is not 0, else 0."""
+    return next((s for s in statuses if s), 0)
 
 
 def main(argv: list[str]) -> int:
