@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import venv
 from pathlib import Path
 
@@ -226,6 +227,7 @@ def run_tests(nox: str, rest: list[str]) -> tuple[int, list[str]]:
             return _first_failure(status, tests_status, beside_status), [*lines, *seen, *later]
         try:
             tests_status, seen = _tee([nox, "-s", "tests", *rest], env)
+            tests_ended = time.time()
             beside_status = beside.wait()
         finally:
             if beside.poll() is None:  # interrupted: stop it too (its own session: Ctrl-C does not reach it)
@@ -236,9 +238,12 @@ def run_tests(nox: str, rest: list[str]) -> tuple[int, list[str]]:
                 except subprocess.TimeoutExpired:
                     with contextlib.suppress(OSError):
                         os.killpg(beside.pid, signal.SIGKILL)
+        # Their last line was written when they ended: whether the tests sessions waited on them, and how long.
+        late = os.fstat(out.fileno()).st_mtime - tests_ended
         out.seek(0)
         print(
-            "scripts/dev.py: the django sessions' parallel runs, which ran beside the tests sessions at idle priority:",
+            "scripts/dev.py: the django sessions' parallel runs, which ran beside the tests sessions at idle priority"
+            f" and ended {abs(late):.0f} s {'after' if late > 0 else 'before'} them:",
             flush=True,
         )
         later = out.readlines()
