@@ -77,6 +77,7 @@ def test_the_runs_beside_the_tests_take_only_idle_cpu_and_ports_of_their_own(mon
 
     from support import ports
 
+    assert dev.PORT_BLOCK_ENV == ports.PORT_BLOCK_ENV  # type: ignore[attr-defined]  # the name dev.py sets
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
     monkeypatch.delenv(ports.PORT_BLOCK_ENV, raising=False)
     assert ports.worker_index() == 2
@@ -84,6 +85,23 @@ def test_the_runs_beside_the_tests_take_only_idle_cpu_and_ports_of_their_own(mon
     assert ports.worker_index() == 17  # past the blocks of the tests sessions' workers
     first = ports.BASE + 17 * ports.BLOCK
     assert first <= ports.free_port() < first + ports.BLOCK
+
+
+def test_the_variables_dev_sets_are_the_ones_the_noxfile_reads() -> None:
+    """dev.py names the noxfile's variables again (it cannot import a file that imports nox): the same names."""
+    import ast
+
+    dev = _dev()
+    tree = ast.parse((REPO / "noxfile.py").read_text())
+    constants = {
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    assert constants["KEEP_SHARED_ENV"] == dev.KEEP_SHARED_ENV  # type: ignore[attr-defined]
+    assert f'os.environ.get("{dev.RUNS_ENV}", "")' in (REPO / "noxfile.py").read_text()  # type: ignore[attr-defined]
 
 
 def test_the_ci_script_runs_the_tests_last() -> None:
