@@ -300,9 +300,38 @@ def docs(session: nox.Session) -> None:
     session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", out)
 
 
+BENCH_PART_ENV = "SPOOL_REPORTER_BENCH"
+"""``timed``: the ``bench`` session runs only what measures time, which must run alone; ``counted``: only what
+counts instructions, which no other load changes (``scripts/dev.py check --timed`` and ``test --with-check``
+split it so; docs/testing.md); unset, everything."""
+BENCH_PARTS: dict[str, tuple[str, ...]] = {
+    "bench_startup.py": ("counted",),
+    "bench_django.py": ("timed", "counted"),
+}
+"""What each benchmark measures, where it is not only time: instructions counted by callgrind (``counted``), or both,
+run as two halves (``--part``). Every other benchmark times, and runs in the ``timed`` part."""
+
+
+def _bench_runs(part: str) -> list[list[str]]:
+    """The benchmark scripts the ``bench`` session runs for ``part`` (``timed``, ``counted`` or ``""``: all), each
+    with its arguments: a script with both halves runs whole, or with ``--part`` when only one is wanted."""
+    runs = []
+    for script in sorted((REPO / "benchmarks").glob("bench_*.py")):
+        parts = BENCH_PARTS.get(script.name, ("timed",))
+        if not part:
+            runs.append([str(script)])
+        elif part in parts:
+            runs.append([str(script), *(["--part", part] if len(parts) > 1 else [])])
+    return runs
+
+
 @nox.session(python=TOOLS_PYTHON)
 def bench(session: nox.Session) -> None:
-    """Benchmarks: print the figures and assert the budgets (with a tolerance for a noisy 2-core machine)."""
+    """Benchmarks: print the figures and assert the budgets (with a tolerance for a noisy 2-core machine); only the
+    timed or only the counted ones with ``SPOOL_REPORTER_BENCH`` (``BENCH_PART_ENV``)."""
+    part = os.environ.get(BENCH_PART_ENV, "")
+    if part not in ("", "timed", "counted"):
+        session.error(f"{BENCH_PART_ENV}={part!r}: use timed or counted, or leave it unset")
     # pip and hatchling: the benchmarks build the wheel with them, without build isolation (a uv environment has no
     # pip); uv fills their throw-away environments when it filled this one.
     _install(session, ".[django,collector]", "pip", "hatchling>=1.25")
@@ -310,12 +339,12 @@ def bench(session: nox.Session) -> None:
     env: dict[str, str | None] = {"PYTHONHASHSEED": "0", **_installer_env(session)}
     env.update(dict.fromkeys(("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG")))
     failed = []
-    for script in sorted((REPO / "benchmarks").glob("bench_*.py")):
+    for script, *args in _bench_runs(part):
         # Every benchmark runs and prints its figures, even after one failed: a failed budget is only one line.
         try:
-            session.run("python", str(script), *session.posargs, env=env)
+            session.run("python", script, *args, *session.posargs, env=env)
         except nox.command.CommandFailed:
-            failed.append(script.name)
+            failed.append(Path(script).name)
     if failed:
         session.error(f"budgets failed in {', '.join(failed)}")
 

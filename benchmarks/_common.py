@@ -76,7 +76,11 @@ def publish(
     ok = all(bool(b["ok"]) for b in budgets if b.get("asserted", True))
     GENERATED.mkdir(parents=True, exist_ok=True)
     data = {"name": name, "command": command, "machine": machine(), "figures": figures, "budgets": budgets}
-    (GENERATED / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
+    # Whole or not at all: the docs tests may read the file meanwhile (``scripts/dev.py test --with-check`` runs the
+    # benchmarks that count instructions beside them).
+    partial = GENERATED / f".{name}.json.{os.getpid()}"
+    partial.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(partial, GENERATED / f"{name}.json")
     # Asserted budgets and informational targets look different, so that a green run never shows "over".
     for b in budgets:
         if b.get("asserted", True):

@@ -20,10 +20,13 @@ dependencies). Each mode has its own home, so nothing one mode writes is seen by
    * ``django-admin --version`` in A versus B: ≤ 1 % more (arming, for Django commands that record nothing);
    * ``startproject`` in A (on) versus B: printed, the whole cost of the integration for a recorded command.
 
-    python benchmarks/bench_django.py [--rounds N] [--django X.Y]
+    python benchmarks/bench_django.py [--rounds N] [--django X.Y] [--part timed|counted]
 
 Runs in about a minute (most of it valgrind, one run per core); building the three environments needs pip (or
-uv) and its cache.
+uv) and its cache. ``--part`` runs one half: ``timed``, the wall times, which must run alone; ``counted``, the
+instructions, which do not depend on what else the machine runs (``scripts/dev.py test --with-check`` runs them
+beside the tests). Each half prints and asserts its own budgets; only the whole run writes
+``docs/_generated/django.json``.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ WALL_TOLERANCE_MS = 4.0  # a noisy 2-core machine: interleaved medians still mov
 # two modes that do the same work (on, never answers) were seen 12-17 ms apart: the allowance scales with the
 # slowdown and with the run's own resolution (see _median_error; the instruction budgets above stay exact).
 STRIP = ("DJANGO_", "SPOOL_REPORTER_", "XDG_", "PYTHON", "VIRTUAL_ENV")
+PARTS = ("timed", "counted")
+"""The halves ``--part`` runs alone: the wall times, and the instructions."""
 CI_MARKERS = ("CI", "CONTINUOUS_INTEGRATION", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "TF_BUILD", "JENKINS_URL")
 
 
@@ -151,8 +156,16 @@ def main() -> int:
     # shared 2-core machine; with 31, by at most 2.5 ms (four blocks of each, measured side by side).
     parser.add_argument("--rounds", type=int, default=31, help="wall-time rounds (each runs all three modes)")
     parser.add_argument("--django", default=None, help="Django series (default: the installed one, else 5.2)")
+    parser.add_argument(
+        "--part",
+        choices=PARTS,
+        default=None,
+        help="only the wall times (timed) or only the instructions (counted); prints, publishes nothing",
+    )
     args = parser.parse_args()
-    if shutil.which("valgrind") is None:
+    timed = args.part in (None, "timed")
+    counted = args.part in (None, "counted")
+    if counted and shutil.which("valgrind") is None:
         print("bench_django: valgrind is required (apt-get install valgrind)", file=sys.stderr)
         return 2
     series = args.django
@@ -171,8 +184,9 @@ def main() -> int:
         pip("wheel", "--no-deps", *isolation, "-w", str(tmp / "wheel"), str(REPO))
         (wheel,) = (tmp / "wheel").glob("spool_reporter-*.whl")
         a_bin = venv_with(tmp / "A", str(wheel), f"Django=={series}.*")
-        b_bin = venv_with(tmp / "B", f"Django=={series}.*")
-        c_bin = venv_with(tmp / "C", str(wheel), f"Django=={series}.*", uninstall="spool_reporter")
+        if counted:  # B and C are only counted
+            b_bin = venv_with(tmp / "B", f"Django=={series}.*")
+            c_bin = venv_with(tmp / "C", str(wheel), f"Django=={series}.*", uninstall="spool_reporter")
         silent = SilentDestination()
         refused = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         refused.bind(("127.0.0.1", 0))  # bound, never listening: connections to it are refused
@@ -193,51 +207,73 @@ def main() -> int:
             for env in envs.values():  # first runs: client ids, notices, .pyc files of the projects' templates
                 startproject(a_bin, env, work, "warmup")
             times: dict[str, list[float]] = {mode: [] for mode in envs}
-            for i in range(args.rounds):
+            for i in range(args.rounds if timed else 0):
                 order = list(envs) if i % 2 == 0 else list(reversed(envs))
                 for mode in order:
                     times[mode].append(startproject(a_bin, envs[mode], work, f"p{i:04d}"))
-            wall = {mode: statistics.median(values) for mode, values in times.items()}
+            wall = {mode: statistics.median(values) for mode, values in times.items() if values}
         finally:
             silent.close()
             refused.close()
 
-        # Instructions. The same project name and path lengths in every run; warm homes. Counts do not depend on
-        # what else the machine runs, so the runs go side by side, one per core, each in an empty folder of its own.
-        plain = home_env(tmp / "home-plain")
-        # The hook's import cost inside a Django process: what record() imports once the .pth has armed the
-        # hook (the arming itself is paid by every Django command: the --version budget covers it).
-        base_code = "import django.core.management; import spool_reporter._arm"
-        jobs: dict[str, tuple[list[str], dict[str, str]]] = {
-            "startproject on": ([str(a_bin / "django-admin"), "startproject", "proj"], envs["on"]),
-            "startproject off": ([str(a_bin / "django-admin"), "startproject", "proj"], envs["off"]),
-            "startproject Django alone": ([str(b_bin / "django-admin"), "startproject", "proj"], plain),
-            "import django.core.management + arming": ([str(a_bin / "python"), "-c", base_code], plain),
-            "  + import spool_reporter._hook": (
-                [str(a_bin / "python"), "-c", base_code + "; import spool_reporter._hook"],
-                plain,
-            ),
-        }
-        for label, bindir in (("installed", a_bin), ("Django alone", b_bin), ("uninstalled", c_bin)):
-            jobs[f"python -c pass {label}"] = ([str(bindir / "python"), "-c", "pass"], plain)
-            jobs[f"django-admin --version {label}"] = ([str(bindir / "django-admin"), "--version"], plain)
-        cg = tmp / "cg"
+        count: dict[str, int] = {}
+        if counted:
+            # Instructions. The same project name and path lengths in every run; warm homes. Counts do not depend on
+            # what else the machine runs, so the runs go side by side, one per core, each in an empty folder of its own.
+            plain = home_env(tmp / "home-plain")
+            # The hook's import cost inside a Django process: what record() imports once the .pth has armed the
+            # hook (the arming itself is paid by every Django command: the --version budget covers it).
+            base_code = "import django.core.management; import spool_reporter._arm"
+            jobs: dict[str, tuple[list[str], dict[str, str]]] = {
+                "startproject on": ([str(a_bin / "django-admin"), "startproject", "proj"], envs["on"]),
+                "startproject off": ([str(a_bin / "django-admin"), "startproject", "proj"], envs["off"]),
+                "startproject Django alone": ([str(b_bin / "django-admin"), "startproject", "proj"], plain),
+                "import django.core.management + arming": ([str(a_bin / "python"), "-c", base_code], plain),
+                "  + import spool_reporter._hook": (
+                    [str(a_bin / "python"), "-c", base_code + "; import spool_reporter._hook"],
+                    plain,
+                ),
+            }
+            for label, bindir in (("installed", a_bin), ("Django alone", b_bin), ("uninstalled", c_bin)):
+                jobs[f"python -c pass {label}"] = ([str(bindir / "python"), "-c", "pass"], plain)
+                jobs[f"django-admin --version {label}"] = ([str(bindir / "django-admin"), "--version"], plain)
+            cg = tmp / "cg"
 
-        def counted(job: tuple[int, str]) -> int:
-            i, label = job
-            cwd = cg / f"w{i:02d}"
-            cwd.mkdir(parents=True)
-            argv, env = jobs[label]
-            return instructions(argv, env, cwd, cg / f"{i:02d}.out")
+            def count_one(job: tuple[int, str]) -> int:
+                i, label = job
+                cwd = cg / f"w{i:02d}"
+                cwd.mkdir(parents=True)
+                argv, env = jobs[label]
+                return instructions(argv, env, cwd, cg / f"{i:02d}.out")
 
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-            count = dict(zip(jobs, pool.map(counted, enumerate(jobs)), strict=True))
+            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+                count = dict(zip(jobs, pool.map(count_one, enumerate(jobs)), strict=True))
     elapsed = time.monotonic() - started
 
-    print(f"bench_django: Django {series}, Python {sys.version.split()[0]}, {args.rounds} rounds, {elapsed:.0f} s")
-    print("  django-admin startproject, wall time (median of interleaved rounds):")
-    for mode, value in wall.items():
-        print(f"    {mode:<14} {value:8.2f} ms   ({value - wall['off']:+.2f} ms, {value / wall['off']:.3f}x off)")
+    rounds = f"{args.rounds} rounds" if timed else "instructions only"
+    print(f"bench_django: Django {series}, Python {sys.version.split()[0]}, {rounds}, {elapsed:.0f} s")
+    budgets: list[dict[str, object]] = []
+    figures: dict[str, object] = {"django": series, "rounds": args.rounds}
+    if timed:
+        figures["wall_ms"] = {mode: round(v, 3) for mode, v in wall.items()}
+        wall_budgets = _report_wall(times, wall)
+    if counted:
+        counts_budgets, counts_figures = _report_counts(count, wall.get("off"))
+        budgets += counts_budgets
+        figures.update(counts_figures)
+    if timed:
+        budgets += wall_budgets
+    if args.part is not None:  # half a run: its budgets, and the published figures left alone
+        for b in budgets:
+            print(f"  budget {'OK  ' if b['ok'] else 'FAIL'} {b['what']}: {b['measured']} (budget {b['budget']})")
+        return 0 if all(b["ok"] for b in budgets) else 1
+    ok = publish("django", "python benchmarks/bench_django.py", figures, budgets)
+    return 0 if ok else 1
+
+
+def _report_counts(count: dict[str, int], wall_off: float | None) -> tuple[list[dict[str, object]], dict[str, object]]:
+    """Print the instructions; their budgets and figures. ``wall_off``: this run's median startproject with
+    reporting off, when the wall times were measured too (the hook's import is printed as a share of it)."""
     print("  instructions (callgrind, the command process only):")
     for label, value in count.items():
         print(f"    {label:<36} {value:>14,}")
@@ -256,11 +292,42 @@ def main() -> int:
     hook_instructions = count["  + import spool_reporter._hook"] - count["import django.core.management + arming"]
     hook_pct = pct(count["startproject off"] + hook_instructions, count["startproject off"])
     hook_ms = hook_pct / 100 * STARTPROJECT_REFERENCE_MS
+    this_run = "" if wall_off is None else f" ({hook_pct / 100 * wall_off:.3f} ms of this run's {wall_off:.0f} ms)"
     print(
         f"    hook import in a Django process: {hook_instructions:,} instructions = {hook_pct:.3f} % of "
-        f"startproject = {hook_ms:.3f} ms of a {STARTPROJECT_REFERENCE_MS:g} ms startproject "
-        f"({hook_pct / 100 * wall['off']:.3f} ms of this run's {wall['off']:.0f} ms)"
+        f"startproject = {hook_ms:.3f} ms of a {STARTPROJECT_REFERENCE_MS:g} ms startproject{this_run}"
     )
+    budgets = [
+        {"what": "startproject instructions, on vs off", "measured": f"{sp:+.3f} %",
+         "budget": f"<= {STARTPROJECT_BUDGET} %", "ok": sp <= STARTPROJECT_BUDGET + INSTRUCTION_TOLERANCE},
+        {"what": "python -c pass instructions, installed vs uninstalled", "measured": f"{cpass:+.3f} %",
+         "budget": f"<= {PASS_BUDGET} %", "ok": cpass <= PASS_BUDGET + INSTRUCTION_TOLERANCE},
+        {"what": "django-admin --version instructions, installed vs Django alone", "measured": f"{version:+.3f} %",
+         "budget": f"<= {VERSION_BUDGET} %", "ok": version <= VERSION_BUDGET + INSTRUCTION_TOLERANCE},
+        {"what": "hook import cost in a Django process (after the arming)",
+         "measured": f"{hook_instructions:,} instructions = {hook_pct:.3f} % of startproject = {hook_ms:.3f} ms",
+         "budget": f"<= {IMPORT_BUDGET_MS} ms = {IMPORT_BUDGET_MS / STARTPROJECT_REFERENCE_MS * 100:.3f} %",
+         "ok": hook_ms <= IMPORT_BUDGET_MS},
+    ]  # fmt: skip
+    figures = {
+        "instructions": count,
+        "percent": {
+            "startproject_on_vs_off": round(sp, 4),
+            "startproject_on_vs_django_alone": round(sp_alone, 4),
+            "python_c_pass": round(cpass, 4),
+            "python_c_pass_vs_django_alone": round(cpass_alone, 4),
+            "django_admin_version": round(version, 4),
+        },
+        "hook_import": {"instructions": hook_instructions, "percent": round(hook_pct, 4), "ms": round(hook_ms, 3)},
+    }
+    return budgets, figures
+
+
+def _report_wall(times: dict[str, list[float]], wall: dict[str, float]) -> list[dict[str, object]]:
+    """Print the wall times and their paired differences; their budgets."""
+    print("  django-admin startproject, wall time (median of interleaved rounds):")
+    for mode, value in wall.items():
+        print(f"    {mode:<14} {value:8.2f} ms   ({value - wall['off']:+.2f} ms, {value / wall['off']:.3f}x off)")
     # Paired: the median of each round's difference (a round runs the three modes back to back), so that a load
     # that changes during the run moves both sides of a difference alike.
     on_diffs = [a - b for a, b in zip(times["on"], times["off"], strict=True)]
@@ -275,17 +342,7 @@ def main() -> int:
     scaled = "" if slowdown == 1.0 else f", this run {slowdown:.1f}x slower than the reference"
     print(f"    paired medians of the rounds' differences: on - off {on_added:+.2f} ms, never answers - on "
           f"{silent_added:+.2f} ms; standard error of such a median {resolution:.2f} ms")  # fmt: skip
-    budgets = [
-        {"what": "startproject instructions, on vs off", "measured": f"{sp:+.3f} %",
-         "budget": f"<= {STARTPROJECT_BUDGET} %", "ok": sp <= STARTPROJECT_BUDGET + INSTRUCTION_TOLERANCE},
-        {"what": "python -c pass instructions, installed vs uninstalled", "measured": f"{cpass:+.3f} %",
-         "budget": f"<= {PASS_BUDGET} %", "ok": cpass <= PASS_BUDGET + INSTRUCTION_TOLERANCE},
-        {"what": "django-admin --version instructions, installed vs Django alone", "measured": f"{version:+.3f} %",
-         "budget": f"<= {VERSION_BUDGET} %", "ok": version <= VERSION_BUDGET + INSTRUCTION_TOLERANCE},
-        {"what": "hook import cost in a Django process (after the arming)",
-         "measured": f"{hook_instructions:,} instructions = {hook_pct:.3f} % of startproject = {hook_ms:.3f} ms",
-         "budget": f"<= {IMPORT_BUDGET_MS} ms = {IMPORT_BUDGET_MS / STARTPROJECT_REFERENCE_MS * 100:.3f} %",
-         "ok": hook_ms <= IMPORT_BUDGET_MS},
+    return [
         {"what": "startproject wall time added, on vs off (paired median)", "measured": f"{on_added:+.2f} ms",
          "budget": f"<= {WALL_BUDGET_MS} ms (+{noise:.1f} ms noise{scaled})",
          "ok": on_added <= WALL_BUDGET_MS + noise},
@@ -293,22 +350,6 @@ def main() -> int:
          f"{silent_added:+.2f} ms", "budget": f"<= 0 ms (+{noise:.1f} ms noise{scaled})",
          "ok": silent_added <= noise},
     ]  # fmt: skip
-    figures = {
-        "django": series,
-        "rounds": args.rounds,
-        "wall_ms": {mode: round(v, 3) for mode, v in wall.items()},
-        "instructions": count,
-        "percent": {
-            "startproject_on_vs_off": round(sp, 4),
-            "startproject_on_vs_django_alone": round(sp_alone, 4),
-            "python_c_pass": round(cpass, 4),
-            "python_c_pass_vs_django_alone": round(cpass_alone, 4),
-            "django_admin_version": round(version, 4),
-        },
-        "hook_import": {"instructions": hook_instructions, "percent": round(hook_pct, 4), "ms": round(hook_ms, 3)},
-    }
-    ok = publish("django", "python benchmarks/bench_django.py", figures, budgets)
-    return 0 if ok else 1
 
 
 if __name__ == "__main__":

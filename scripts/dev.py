@@ -5,6 +5,10 @@
     python3 scripts/dev.py check   # lint, typecheck, docs and benchmarks (what CI adds)
     python3 scripts/dev.py quick   # the tests a change touches, in parallel, in well under a minute
 
+CI splits ``check`` in two: ``check --timed`` runs only the benchmarks that measure time, which must run alone, and
+``test --with-check`` runs the rest of it (lint, typecheck, docs and the benchmarks that count instructions) beside
+the tests at idle priority, its verdict in the last line.
+
 ``quick`` runs, on one Python and without coverage, the test files named after it (``quick tests/client/test_spool.py
 -x``), or else the ones the change touches: every test file changed since ``main`` or in the work tree, and every
 test file that names a package module changed (``spool_reporter._spool`` changed: each test file that mentions
@@ -130,11 +134,13 @@ def coverage_total(lines: list[str]) -> str | None:
     return found[-1] if found else None
 
 
-def summary_line(totals: dict[str, int], status: int, coverage: str | None = None) -> str:
+def summary_line(totals: dict[str, int], status: int, coverage: str | None = None, check: str | None = None) -> str:
+    """``test``'s last line; ``check``: the verdict of the check's sessions run beside (``--with-check``)."""
     counts = ", ".join(f"{totals[k]} {k}" for k in COUNTED if totals[k] or k in ("passed", "failed"))
     measured = "" if coverage is None else f"; coverage {coverage} of lines and branches"
     verdict = "" if status == 0 else f" (nox exited {status})"
-    return f"tests: {counts} in {totals['runs']} pytest runs{measured}{verdict}"
+    beside = "" if check is None else f"; check beside them {check}"
+    return f"tests: {counts} in {totals['runs']} pytest runs{measured}{verdict}{beside}"
 
 
 def _tee(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, list[str]]:
@@ -190,18 +196,85 @@ def can_run_beside(env: dict[str, str]) -> bool:
     return hasattr(os, "SCHED_IDLE") and hasattr(os, "sched_setscheduler") and env.get(BESIDE_ENV, "1") != "0"
 
 
-def run_tests(nox: str, rest: list[str]) -> tuple[int, list[str]]:
-    """The ``tests`` and ``django`` sessions; their exit status (the first that failed) and every line they printed.
+class _Beside:
+    """A command run in the background at idle priority (:func:`_at_idle_priority`), its output kept in a temporary
+    file and printed by :meth:`finish`; where the idle class is refused, it runs in the foreground at :meth:`finish`
+    instead, after what it was to run beside."""
+
+    def __init__(self, what: str, cmd: list[str], env: dict[str, str]) -> None:
+        self.what, self.cmd, self.env = what, cmd, env
+        self.out = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 - close()
+        self.proc: subprocess.Popen[bytes] | None = None
+        try:
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=REPO,
+                env=env,
+                stdout=self.out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # an autogroup of its own (_at_idle_priority)
+                preexec_fn=_at_idle_priority,  # noqa: PLW1509 - this script starts no thread
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            print(f"scripts/dev.py: cannot run {what} at idle priority ({exc}); they run after the tests sessions")
+
+    def finish(self, tests_ended: float) -> tuple[int, list[str]]:
+        """Wait for it and print its output: its exit status and lines."""
+        if self.proc is None:
+            return _tee(self.cmd, self.env)
+        status = self.proc.wait()
+        # Its last line was written when it ended: whether the tests sessions waited on it, and how long.
+        late = os.fstat(self.out.fileno()).st_mtime - tests_ended
+        self.out.seek(0)
+        print(
+            f"scripts/dev.py: {self.what}, which ran beside the tests sessions at idle priority and ended"
+            f" {abs(late):.0f} s {'after' if late > 0 else 'before'} them:",
+            flush=True,
+        )
+        lines = self.out.readlines()
+        sys.stdout.writelines(lines)
+        sys.stdout.flush()
+        return status, lines
+
+    def close(self) -> None:
+        """Stop it if it still runs (interrupted: its own session, so Ctrl-C does not reach it), and drop its output."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(OSError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+        self.out.close()
+
+
+CHECK_BESIDE = ["lint", "typecheck", "docs", "bench"]
+"""What ``test --with-check`` runs beside the tests: the ``check`` sessions, with only the benchmarks that count
+instructions (``BENCH_PART_ENV``); ``check --timed`` runs the others, alone."""
+BENCH_PART_ENV = "SPOOL_REPORTER_BENCH"
+"""The noxfile's ``bench`` session runs only its ``timed`` or only its ``counted`` benchmarks when it is set."""
+
+
+def run_tests(nox: str, rest: list[str], *, with_check: bool = False) -> tuple[int, int, list[str]]:
+    """The ``tests`` and ``django`` sessions, and with ``with_check`` the check's sessions that measure no time
+    (``CHECK_BESIDE``); the exit status of the first that failed among the tests and Django, the check's exit
+    status (0 without it), and every line they printed.
 
     Where it can (:func:`can_run_beside`) it spends on the Django commands the CPU that the ``tests`` sessions'
     serial runs leave idle (about half of it: they wait on deadlines, timeouts and servers): first the ``django``
     sessions' serial runs, alone; then their parallel runs in the background at idle priority, which take only the
     CPU that nothing else wants, while the ``tests`` sessions run as before; their output follows the ``tests``
-    sessions'. The ``tests`` sessions' serial runs passed as alone beside them (docs/testing.md)."""
+    sessions'. The ``tests`` sessions' serial runs passed as alone beside them (docs/testing.md). The check's
+    sessions start at once, beside all of them, at idle priority too: a lint, a type check, a docs build and
+    instruction counts do not depend on the load, and the tests' serial runs lose nothing to a process that yields."""
     env = _pyenv_path()
+    check = [nox, "-s", *CHECK_BESIDE]
+    check_env = {**env, BENCH_PART_ENV: "counted"}
     if not can_run_beside(env):
-        return _tee([nox, "-s", *SESSIONS["test"], *rest], env)
-    status, lines = _tee([nox, "-s", "django", *rest], {**env, RUNS_ENV: "serial"})
+        status, lines = _tee([nox, "-s", *SESSIONS["test"], *rest], env)
+        check_status, later = _tee(check, check_env) if with_check else (0, [])
+        return status, check_status, [*lines, *later]
     # The wheel and the Django environments that the serial runs built, of this same checkout, are kept.
     beside_env = {
         **env,
@@ -209,47 +282,33 @@ def run_tests(nox: str, rest: list[str]) -> tuple[int, list[str]]:
         KEEP_SHARED_ENV: "1",
         PORT_BLOCK_ENV: BESIDE_PORT_BLOCK,
     }
-    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out:
-        try:
-            beside = subprocess.Popen(
-                [nox, "-s", "django", *rest],
-                cwd=REPO,
-                env=beside_env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # an autogroup of its own (above)
-                preexec_fn=_at_idle_priority,  # noqa: PLW1509 - this script starts no thread
-            )
-        except (OSError, subprocess.SubprocessError) as exc:  # the idle class refused here: one after another
-            print(f"scripts/dev.py: cannot run at idle priority ({exc}); the sessions run one after another")
-            tests_status, seen = _tee([nox, "-s", "tests", *rest], env)
-            beside_status, later = _tee([nox, "-s", "django", *rest], beside_env)
-            return _first_failure(status, tests_status, beside_status), [*lines, *seen, *later]
-        try:
-            tests_status, seen = _tee([nox, "-s", "tests", *rest], env)
-            tests_ended = time.time()
-            beside_status = beside.wait()
-        finally:
-            if beside.poll() is None:  # interrupted: stop it too (its own session: Ctrl-C does not reach it)
-                with contextlib.suppress(OSError):
-                    os.killpg(beside.pid, signal.SIGTERM)
-                try:
-                    beside.wait(60)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(OSError):
-                        os.killpg(beside.pid, signal.SIGKILL)
-        # Their last line was written when they ended: whether the tests sessions waited on them, and how long.
-        late = os.fstat(out.fileno()).st_mtime - tests_ended
-        out.seek(0)
-        print(
-            "scripts/dev.py: the django sessions' parallel runs, which ran beside the tests sessions at idle priority"
-            f" and ended {abs(late):.0f} s {'after' if late > 0 else 'before'} them:",
-            flush=True,
-        )
-        later = out.readlines()
-        sys.stdout.writelines(later)
-        sys.stdout.flush()
-    return _first_failure(status, tests_status, beside_status), [*lines, *seen, *later]
+    besides: list[_Beside] = []
+    try:
+        if with_check:
+            besides.append(_Beside("the check's sessions that measure no time", check, check_env))
+        status, lines = _tee([nox, "-s", "django", *rest], {**env, RUNS_ENV: "serial"})
+        django = _Beside("the django sessions' parallel runs", [nox, "-s", "django", *rest], beside_env)
+        besides.insert(0, django)
+        tests_status, seen = _tee([nox, "-s", "tests", *rest], env)
+        tests_ended = time.time()
+        lines += seen
+        statuses = []
+        for beside in besides:
+            beside_status, later = beside.finish(tests_ended)
+            statuses.append(beside_status)
+            lines += later
+    finally:
+        for beside in besides:
+            beside.close()
+    check_status = statuses[1] if with_check else 0
+    return _first_failure(status, tests_status, statuses[0]), check_status, lines
+
+
+TIMED_FLAG = "--timed"
+"""``check --timed``: only the benchmarks that measure time (``BENCH_PART_ENV``), the part of ``check`` that must run
+alone; ``test --with-check`` runs the rest."""
+WITH_CHECK_FLAG = "--with-check"
+"""``test --with-check``: the check's sessions that measure no time run beside the tests (:func:`run_tests`)."""
 
 
 def _first_failure(*statuses: int) -> int:
@@ -283,13 +342,21 @@ def main(argv: list[str]) -> int:
             return 0
         print(f"scripts/dev.py quick: {' '.join(quick)}", file=sys.stderr)
         rest = ["--", *quick]
-    cmd = [str(_bin("nox")), "-s", *SESSIONS[argv[0]], *rest]
+    env = _pyenv_path()
+    sessions = SESSIONS[argv[0]]
+    if argv[0] == "check" and TIMED_FLAG in rest:
+        rest = [arg for arg in rest if arg != TIMED_FLAG]
+        sessions, env = ["bench"], {**env, BENCH_PART_ENV: "timed"}
     if argv[0] != "test":
-        return subprocess.run(cmd, cwd=REPO, env=_pyenv_path(), check=False).returncode
-    status, lines = run_tests(str(_bin("nox")), rest)
+        return subprocess.run([str(_bin("nox")), "-s", *sessions, *rest], cwd=REPO, env=env, check=False).returncode
+    with_check = WITH_CHECK_FLAG in rest
+    rest = [arg for arg in rest if arg != WITH_CHECK_FLAG]
+    status, check_status, lines = run_tests(str(_bin("nox")), rest, with_check=with_check)
     totals = add_up(lines)
-    print(summary_line(totals, status, coverage_total(lines)), flush=True)
-    return status if status else (1 if totals["failed"] or totals["errors"] or not totals["runs"] else 0)
+    check = None if not with_check else ("passed" if check_status == 0 else f"failed (nox exited {check_status})")
+    print(summary_line(totals, status, coverage_total(lines), check), flush=True)
+    failed = status or totals["failed"] or totals["errors"] or not totals["runs"]
+    return status if status else (1 if failed or check_status else 0)
 
 
 if __name__ == "__main__":

@@ -101,7 +101,87 @@ def test_the_variables_dev_sets_are_the_ones_the_noxfile_reads() -> None:
         if isinstance(target, ast.Name)
     }
     assert constants["KEEP_SHARED_ENV"] == dev.KEEP_SHARED_ENV  # type: ignore[attr-defined]
+    assert constants["BENCH_PART_ENV"] == dev.BENCH_PART_ENV  # type: ignore[attr-defined]
     assert f'os.environ.get("{dev.RUNS_ENV}", "")' in (REPO / "noxfile.py").read_text()  # type: ignore[attr-defined]
+
+
+def test_the_benchmarks_parts_are_what_they_measure() -> None:
+    """The noxfile's ``BENCH_PARTS``: a benchmark in the ``counted`` part counts instructions (what no load changes,
+    run beside the tests); one with two parts runs each half with ``--part``; every one named exists."""
+    import ast
+
+    tree = ast.parse((REPO / "noxfile.py").read_text())
+    (parts,) = [
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "BENCH_PARTS"
+    ]
+    assert parts
+    for name, what in parts.items():
+        text = (REPO / "benchmarks" / name).read_text()
+        assert set(what) <= {"timed", "counted"}
+        assert ("counted" in what) == ("instructions(" in text), name
+        assert (len(what) == 2) == ('"--part"' in text), name
+
+
+def _fake_nox(tmp_path: Path, log: Path) -> None:
+    """A ``.dev-venv`` whose nox logs each call (its sessions, and the variables dev.py sets) and prints what the
+    real sessions would: a pytest summary for each tests or django session, a coverage total for tests; it fails
+    when it is asked for the session named in ``FAKE_NOX_FAILS``."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "uv").write_text("")
+    nox = bindir / "nox"
+    nox.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, sys\n"
+        f"with open({str(log)!r}, 'a') as f:\n"
+        "    names = ('SPOOL_REPORTER_BENCH', 'SPOOL_REPORTER_TEST_RUNS')\n"
+        "    f.write(json.dumps([sys.argv[2:], *map(os.environ.get, names)]) + '\\n')\n"
+        "if 'tests' in sys.argv: print('3 passed in 0.10s'); print('TOTAL   10   1   2   0   90.0%')\n"
+        "if 'django' in sys.argv: print('2 passed in 0.10s')\n"
+        "sys.exit(int(os.environ.get('FAKE_NOX_FAILS') in sys.argv))\n"
+    )
+    nox.chmod(0o755)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux's idle scheduling class")
+def test_check_timed_and_test_with_check_split_check_between_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``check --timed`` runs only the timed benchmarks; ``test --with-check`` runs the tests and, beside them, the
+    check's sessions with only the counted benchmarks, and says in its last line how they went."""
+    import json
+
+    dev = _dev()
+    log = tmp_path / "calls.jsonl"
+    _fake_nox(tmp_path, log)
+    monkeypatch.setattr(dev, "VENV", tmp_path)
+    monkeypatch.delenv("FAKE_NOX_FAILS", raising=False)
+    monkeypatch.delenv(dev.BESIDE_ENV, raising=False)  # type: ignore[attr-defined]
+
+    assert dev.main(["check", "--timed", "-x"]) == 0  # type: ignore[attr-defined]
+    assert [json.loads(line) for line in log.read_text().splitlines()] == [[["bench", "-x"], "timed", None]]
+
+    log.unlink()
+    assert dev.main(["test", "--with-check"]) == 0  # type: ignore[attr-defined]
+    calls = sorted(json.loads(line) for line in log.read_text().splitlines())
+    assert calls == [
+        [["django"], None, "parallel"],
+        [["django"], None, "serial"],
+        [["lint", "typecheck", "docs", "bench"], "counted", None],
+        [["tests"], None, None],
+    ]
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == (
+        "tests: 7 passed, 0 failed in 3 pytest runs; coverage 90.0% of lines and branches; check beside them passed"
+    )
+
+    monkeypatch.setenv("FAKE_NOX_FAILS", "lint")
+    assert dev.main(["test", "--with-check"]) == 1  # type: ignore[attr-defined]
+    assert capsys.readouterr().out.splitlines()[-1].endswith("; check beside them failed (nox exited 1)")
+    assert dev.main(["test"]) == 0  # type: ignore[attr-defined]  # without the flag, no check
+    assert "check beside" not in capsys.readouterr().out.splitlines()[-1]
 
 
 def test_the_ci_script_runs_the_tests_last() -> None:
