@@ -299,13 +299,16 @@ def run_tests(nox: str, rest: list[str], *, with_check: bool = False) -> tuple[i
         whole_status, seen = _tee([nox, "-s", "tests", *rest], {**env, SUITE_ENV: "whole"})
         lines += seen
         # The other Pythons' serial runs wait most of their time: their parallel runs take that CPU, from now on
-        # only, when the whole suite's parallel run no longer wants both cores.
+        # only, when the whole suite's parallel run no longer wants both cores. Both use the same environments:
+        # filled first, then neither installs (two installs into one environment at once break each other).
+        install_status, seen = _tee([nox, "-s", "tests", "--install-only", *rest], others_env)
+        lines += seen
         besides["others"] = _Beside(
             "the other Pythons' parallel runs",
-            [nox, "-s", "tests", *rest],
+            [nox, "-s", "tests", "--no-install", *rest],
             {**others_env, RUNS_ENV: "parallel", PORT_BLOCK_ENV: OTHERS_PORT_BLOCK},
         )
-        others_status, seen = _tee([nox, "-s", "tests", *rest], {**others_env, RUNS_ENV: "serial"})
+        others_status, seen = _tee([nox, "-s", "tests", "--no-install", *rest], {**others_env, RUNS_ENV: "serial"})
         tests_ended = time.time()
         lines += seen
         statuses = {}
@@ -316,7 +319,7 @@ def run_tests(nox: str, rest: list[str], *, with_check: bool = False) -> tuple[i
     finally:
         for beside in besides.values():
             beside.close()
-    failed = _first_failure(status, whole_status, others_status, statuses["others"], statuses["django"])
+    failed = _first_failure(status, whole_status, install_status, others_status, statuses["others"], statuses["django"])
     return failed, statuses.get("check", 0), lines
 
 

@@ -129,7 +129,8 @@ def test_the_benchmarks_parts_are_what_they_measure() -> None:
 
 def _fake_nox(tmp_path: Path, log: Path) -> None:
     """A ``.dev-venv`` whose nox logs each call (its sessions, and the variables dev.py sets) and prints what the
-    real sessions would: a pytest summary for each tests or django session, a coverage total for tests; it fails
+    real sessions would: a pytest summary for each tests or django session, a coverage total for tests, nothing
+    when it only installs; it fails
     when it is asked for the session named in ``FAKE_NOX_FAILS``."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -141,6 +142,7 @@ def _fake_nox(tmp_path: Path, log: Path) -> None:
         f"with open({str(log)!r}, 'a') as f:\n"
         "    names = ('SPOOL_REPORTER_BENCH', 'SPOOL_REPORTER_TEST_RUNS', 'SPOOL_REPORTER_TEST_SUITE')\n"
         "    f.write(json.dumps([sys.argv[2:], *map(os.environ.get, names)]) + '\\n')\n"
+        "if '--install-only' in sys.argv: sys.exit(0)\n"
         "if 'tests' in sys.argv: print('3 passed in 0.10s'); print('TOTAL   10   1   2   0   90.0%')\n"
         "if 'django' in sys.argv: print('2 passed in 0.10s')\n"
         "sys.exit(int(os.environ.get('FAKE_NOX_FAILS') in sys.argv))\n"
@@ -160,8 +162,9 @@ def test_check_timed_and_test_with_check_split_check_between_them(
     log = tmp_path / "calls.jsonl"
     _fake_nox(tmp_path, log)
     monkeypatch.setattr(dev, "VENV", tmp_path)
-    monkeypatch.delenv("FAKE_NOX_FAILS", raising=False)
-    monkeypatch.delenv(dev.BESIDE_ENV, raising=False)  # type: ignore[attr-defined]
+    # Not the variables of the session this test runs in (SPOOL_REPORTER_TEST_SUITE=whole, say).
+    for name in ("FAKE_NOX_FAILS", dev.BESIDE_ENV, dev.BENCH_PART_ENV, dev.RUNS_ENV, dev.SUITE_ENV):  # type: ignore[attr-defined]
+        monkeypatch.delenv(name, raising=False)
 
     assert dev.main(["check", "--timed", "-x"]) == 0  # type: ignore[attr-defined]
     assert [json.loads(line) for line in log.read_text().splitlines()] == [[["bench", "-x"], "timed", None, None]]
@@ -176,8 +179,9 @@ def test_check_timed_and_test_with_check_split_check_between_them(
             [["django"], None, "parallel", None],
             [["lint", "typecheck", "docs", "bench"], "counted", None, None],
             [["tests"], None, None, "whole"],  # the whole suite, both runs
-            [["tests"], None, "serial", "every_python"],  # then the other Pythons' serial runs, while ...
-            [["tests"], None, "parallel", "every_python"],  # ... their parallel runs go beside
+            [["tests", "--install-only"], None, None, "every_python"],  # the other Pythons' environments filled
+            [["tests", "--no-install"], None, "serial", "every_python"],  # then their serial runs, while ...
+            [["tests", "--no-install"], None, "parallel", "every_python"],  # ... their parallel runs go beside
         )
     )
     out = capsys.readouterr().out.splitlines()
