@@ -129,13 +129,6 @@ the same checkout: ``scripts/dev.py test`` sets it for the parallel runs that fo
 are built again."""
 if RUNS not in ("", "serial", "parallel"):
     raise SystemExit(f"noxfile.py: SPOOL_REPORTER_TEST_RUNS={RUNS!r}: use serial or parallel, or leave it unset")
-SUITE_ENV = "SPOOL_REPORTER_TEST_SUITE"
-SUITE = os.environ.get(SUITE_ENV, "")
-"""``whole``: the ``tests`` session runs on ``FAULTS_PYTHON`` only; ``every_python``: on the other Pythons only
-(``scripts/dev.py test`` runs the whole suite first, then the other Pythons' serial runs while their parallel
-runs go beside them at idle priority; docs/testing.md); unset, on every Python."""
-if SUITE not in ("", "whole", "every_python"):
-    raise SystemExit(f"noxfile.py: {SUITE_ENV}={SUITE!r}: use whole or every_python, or leave it unset")
 WORKERS = os.environ.get("SPOOL_REPORTER_TEST_WORKERS", "")
 """pytest-xdist workers of every parallel run when set (``0`` runs everything in one process); unset, one per core
 (``_runs`` says why not more)."""
@@ -189,12 +182,8 @@ def tests(session: nox.Session) -> None:
     Pythons the tests whose outcome can depend on the Python (``every_python``). Django commands run in the
     ``django`` session. The ``collector`` extra (psycopg, gunicorn) is installed so that the PostgreSQL and
     gunicorn tests run: one PostgreSQL per worker (~3 s), a few gunicorn processes."""
-    whole = session.python == FAULTS_PYTHON
-    suite = "whole" if whole else "every_python"
-    if SUITE and suite != SUITE:
-        session.skip(f"{SUITE_ENV}={SUITE}: not on Python {session.python}")
     env = dict(PYTEST_ENV)
-    if whole:
+    if session.python == FAULTS_PYTHON:
         _install(session, ".[collector]", *TEST_DEPS, *DOCS_DEPS, *COVERAGE_DEPS)
         env["SPOOL_REPORTER_DOCS_TESTS"] = "required"
         _pytest_with_coverage(session, _runs("not django", session.posargs), env)

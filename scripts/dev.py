@@ -172,14 +172,8 @@ KEEP_SHARED_ENV = "SPOOL_REPORTER_TEST_KEEP_SHARED"
 PORT_BLOCK_ENV = "SPOOL_REPORTER_TEST_PORT_BLOCK"
 """The first block of ports of a test run's own (``tests/support/ports.py``)."""
 BESIDE_PORT_BLOCK = "15"
-"""The first block of ports (``tests/support/ports.py``) of the Django runs started beside the ``tests`` sessions, far
-past the blocks of the ``tests`` sessions' workers (one block each, from the second)."""
-OTHERS_PORT_BLOCK = "22"
-"""The first block of ports of the other Pythons' parallel runs, started beside their serial runs: past the Django
-runs' blocks (16 and 17 with two workers)."""
-SUITE_ENV = "SPOOL_REPORTER_TEST_SUITE"
-"""``whole``: the noxfile's ``tests`` session runs on its own Python only (``FAULTS_PYTHON``); ``every_python``: on
-the other Pythons only."""
+"""The first block of ports (``tests/support/ports.py``) of the runs started beside the ``tests`` sessions, far past
+the blocks of the ``tests`` sessions' workers (one block each, from the second)."""
 
 
 def _at_idle_priority() -> None:
@@ -267,14 +261,13 @@ def run_tests(nox: str, rest: list[str], *, with_check: bool = False) -> tuple[i
     (``CHECK_BESIDE``); the exit status of the first that failed among the tests and Django, the check's exit
     status (0 without it), and every line they printed.
 
-    Where it can (:func:`can_run_beside`) it spends on work that measures no time the CPU that the serial runs leave
-    idle (about half of it: they wait on deadlines, timeouts and servers), in the background at idle priority, where
-    it takes only the CPU that nothing else wants: first the ``django`` sessions' serial runs, alone, then their
-    parallel runs beside the rest; the whole suite (``tests`` on ``FAULTS_PYTHON``); then the other Pythons' serial
-    runs, with their parallel runs beside them (started only then, when the whole suite's parallel run no longer
-    wants both cores). The output of the runs beside follows the others'. Serial runs passed as alone beside
-    such runs (docs/testing.md). The check's sessions start at once, at idle priority too: a lint, a type check, a
-    docs build and instruction counts do not depend on the load."""
+    Where it can (:func:`can_run_beside`) it spends on the Django commands the CPU that the ``tests`` sessions'
+    serial runs leave idle (about half of it: they wait on deadlines, timeouts and servers): first the ``django``
+    sessions' serial runs, alone; then their parallel runs in the background at idle priority, which take only the
+    CPU that nothing else wants, while the ``tests`` sessions run as before; their output follows the ``tests``
+    sessions'. The ``tests`` sessions' serial runs passed as alone beside them (docs/testing.md). The check's
+    sessions start at once, beside all of them, at idle priority too: a lint, a type check, a docs build and
+    instruction counts do not depend on the load, and the tests' serial runs lose nothing to a process that yields."""
     env = _pyenv_path()
     check = [nox, "-s", *CHECK_BESIDE]
     check_env = {**env, BENCH_PART_ENV: "counted"}
@@ -289,38 +282,26 @@ def run_tests(nox: str, rest: list[str], *, with_check: bool = False) -> tuple[i
         KEEP_SHARED_ENV: "1",
         PORT_BLOCK_ENV: BESIDE_PORT_BLOCK,
     }
-    others_env = {**env, SUITE_ENV: "every_python"}
-    besides: dict[str, _Beside] = {}
+    besides: list[_Beside] = []
     try:
         if with_check:
-            besides["check"] = _Beside("the check's sessions that measure no time", check, check_env)
+            besides.append(_Beside("the check's sessions that measure no time", check, check_env))
         status, lines = _tee([nox, "-s", "django", *rest], {**env, RUNS_ENV: "serial"})
-        besides["django"] = _Beside("the django sessions' parallel runs", [nox, "-s", "django", *rest], beside_env)
-        whole_status, seen = _tee([nox, "-s", "tests", *rest], {**env, SUITE_ENV: "whole"})
-        lines += seen
-        # The other Pythons' serial runs wait most of their time: their parallel runs take that CPU, from now on
-        # only, when the whole suite's parallel run no longer wants both cores. Both use the same environments:
-        # filled first, then neither installs (two installs into one environment at once break each other).
-        install_status, seen = _tee([nox, "-s", "tests", "--install-only", *rest], others_env)
-        lines += seen
-        besides["others"] = _Beside(
-            "the other Pythons' parallel runs",
-            [nox, "-s", "tests", "--no-install", *rest],
-            {**others_env, RUNS_ENV: "parallel", PORT_BLOCK_ENV: OTHERS_PORT_BLOCK},
-        )
-        others_status, seen = _tee([nox, "-s", "tests", "--no-install", *rest], {**others_env, RUNS_ENV: "serial"})
+        django = _Beside("the django sessions' parallel runs", [nox, "-s", "django", *rest], beside_env)
+        besides.insert(0, django)
+        tests_status, seen = _tee([nox, "-s", "tests", *rest], env)
         tests_ended = time.time()
         lines += seen
-        statuses = {}
-        for name in ("others", "django", "check"):
-            if name in besides:
-                statuses[name], later = besides[name].finish(tests_ended)
-                lines += later
+        statuses = []
+        for beside in besides:
+            beside_status, later = beside.finish(tests_ended)
+            statuses.append(beside_status)
+            lines += later
     finally:
-        for beside in besides.values():
+        for beside in besides:
             beside.close()
-    failed = _first_failure(status, whole_status, install_status, others_status, statuses["others"], statuses["django"])
-    return failed, statuses.get("check", 0), lines
+    check_status = statuses[1] if with_check else 0
+    return _first_failure(status, tests_status, statuses[0]), check_status, lines
 
 
 TIMED_FLAG = "--timed"

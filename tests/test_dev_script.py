@@ -85,8 +85,6 @@ def test_the_runs_beside_the_tests_take_only_idle_cpu_and_ports_of_their_own(mon
     assert ports.worker_index() == 17  # past the blocks of the tests sessions' workers
     first = ports.BASE + 17 * ports.BLOCK
     assert first <= ports.free_port() < first + ports.BLOCK
-    monkeypatch.setenv(ports.PORT_BLOCK_ENV, dev.OTHERS_PORT_BLOCK)  # type: ignore[attr-defined]
-    assert 17 < ports.worker_index() < ports.WORKERS  # past the Django runs' blocks, and still blocks of its own
 
 
 def test_the_variables_dev_sets_are_the_ones_the_noxfile_reads() -> None:
@@ -104,7 +102,6 @@ def test_the_variables_dev_sets_are_the_ones_the_noxfile_reads() -> None:
     }
     assert constants["KEEP_SHARED_ENV"] == dev.KEEP_SHARED_ENV  # type: ignore[attr-defined]
     assert constants["BENCH_PART_ENV"] == dev.BENCH_PART_ENV  # type: ignore[attr-defined]
-    assert constants["SUITE_ENV"] == dev.SUITE_ENV  # type: ignore[attr-defined]
     assert f'os.environ.get("{dev.RUNS_ENV}", "")' in (REPO / "noxfile.py").read_text()  # type: ignore[attr-defined]
 
 
@@ -129,8 +126,7 @@ def test_the_benchmarks_parts_are_what_they_measure() -> None:
 
 def _fake_nox(tmp_path: Path, log: Path) -> None:
     """A ``.dev-venv`` whose nox logs each call (its sessions, and the variables dev.py sets) and prints what the
-    real sessions would: a pytest summary for each tests or django session, a coverage total for tests, nothing
-    when it only installs; it fails
+    real sessions would: a pytest summary for each tests or django session, a coverage total for tests; it fails
     when it is asked for the session named in ``FAKE_NOX_FAILS``."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -140,9 +136,8 @@ def _fake_nox(tmp_path: Path, log: Path) -> None:
         f"#!{sys.executable}\n"
         "import json, os, sys\n"
         f"with open({str(log)!r}, 'a') as f:\n"
-        "    names = ('SPOOL_REPORTER_BENCH', 'SPOOL_REPORTER_TEST_RUNS', 'SPOOL_REPORTER_TEST_SUITE')\n"
+        "    names = ('SPOOL_REPORTER_BENCH', 'SPOOL_REPORTER_TEST_RUNS')\n"
         "    f.write(json.dumps([sys.argv[2:], *map(os.environ.get, names)]) + '\\n')\n"
-        "if '--install-only' in sys.argv: sys.exit(0)\n"
         "if 'tests' in sys.argv: print('3 passed in 0.10s'); print('TOTAL   10   1   2   0   90.0%')\n"
         "if 'django' in sys.argv: print('2 passed in 0.10s')\n"
         "sys.exit(int(os.environ.get('FAKE_NOX_FAILS') in sys.argv))\n"
@@ -162,31 +157,25 @@ def test_check_timed_and_test_with_check_split_check_between_them(
     log = tmp_path / "calls.jsonl"
     _fake_nox(tmp_path, log)
     monkeypatch.setattr(dev, "VENV", tmp_path)
-    # Not the variables of the session this test runs in (SPOOL_REPORTER_TEST_SUITE=whole, say).
-    for name in ("FAKE_NOX_FAILS", dev.BESIDE_ENV, dev.BENCH_PART_ENV, dev.RUNS_ENV, dev.SUITE_ENV):  # type: ignore[attr-defined]
+    # Not the variables of the session this test runs in (a run of some tests: SPOOL_REPORTER_TEST_RUNS=serial).
+    for name in ("FAKE_NOX_FAILS", dev.BESIDE_ENV, dev.BENCH_PART_ENV, dev.RUNS_ENV):  # type: ignore[attr-defined]
         monkeypatch.delenv(name, raising=False)
 
     assert dev.main(["check", "--timed", "-x"]) == 0  # type: ignore[attr-defined]
-    assert [json.loads(line) for line in log.read_text().splitlines()] == [[["bench", "-x"], "timed", None, None]]
+    assert [json.loads(line) for line in log.read_text().splitlines()] == [[["bench", "-x"], "timed", None]]
 
     log.unlink()
     assert dev.main(["test", "--with-check"]) == 0  # type: ignore[attr-defined]
-    calls = sorted(json.dumps(json.loads(line)) for line in log.read_text().splitlines())
-    assert calls == sorted(
-        json.dumps(call)
-        for call in (
-            [["django"], None, "serial", None],
-            [["django"], None, "parallel", None],
-            [["lint", "typecheck", "docs", "bench"], "counted", None, None],
-            [["tests"], None, None, "whole"],  # the whole suite, both runs
-            [["tests", "--install-only"], None, None, "every_python"],  # the other Pythons' environments filled
-            [["tests", "--no-install"], None, "serial", "every_python"],  # then their serial runs, while ...
-            [["tests", "--no-install"], None, "parallel", "every_python"],  # ... their parallel runs go beside
-        )
-    )
+    calls = sorted(json.loads(line) for line in log.read_text().splitlines())
+    assert calls == [
+        [["django"], None, "parallel"],
+        [["django"], None, "serial"],
+        [["lint", "typecheck", "docs", "bench"], "counted", None],
+        [["tests"], None, None],
+    ]
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == (
-        "tests: 13 passed, 0 failed in 5 pytest runs; coverage 90.0% of lines and branches; check beside them passed"
+        "tests: 7 passed, 0 failed in 3 pytest runs; coverage 90.0% of lines and branches; check beside them passed"
     )
 
     monkeypatch.setenv("FAKE_NOX_FAILS", "lint")
