@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import instructions, make_venv, pct, pip, publish
+from _common import instructions, make_venv, pct, pip, publish, report
 
 REPO = Path(__file__).resolve().parent.parent
 STARTPROJECT_BUDGET = 0.75  # % more instructions, on vs off (MISSION.md: ≈ 1 ms of startproject)
@@ -252,21 +252,13 @@ def main() -> int:
 
     rounds = f"{args.rounds} rounds" if timed else "instructions only"
     print(f"bench_django: Django {series}, Python {sys.version.split()[0]}, {rounds}, {elapsed:.0f} s")
-    budgets: list[dict[str, object]] = []
-    figures: dict[str, object] = {"django": series, "rounds": args.rounds}
-    if timed:
-        figures["wall_ms"] = {mode: round(v, 3) for mode, v in wall.items()}
-        wall_budgets = _report_wall(times, wall)
-    if counted:
-        counts_budgets, counts_figures = _report_counts(count, wall.get("off"))
-        budgets += counts_budgets
-        figures.update(counts_figures)
-    if timed:
-        budgets += wall_budgets
+    wall_budgets = _report_wall(times, wall) if timed else []
+    counts_budgets, counts_figures = _report_counts(count, wall.get("off")) if counted else ([], {})
+    budgets = counts_budgets + wall_budgets
     if args.part is not None:  # half a run: its budgets, and the published figures left alone
-        for b in budgets:
-            print(f"  budget {'OK  ' if b['ok'] else 'FAIL'} {b['what']}: {b['measured']} (budget {b['budget']})")
-        return 0 if all(b["ok"] for b in budgets) else 1
+        return 0 if report(budgets) else 1
+    wall_ms = {mode: round(v, 3) for mode, v in wall.items()}
+    figures = {"django": series, "rounds": args.rounds, "wall_ms": wall_ms, **counts_figures}
     ok = publish("django", "python benchmarks/bench_django.py", figures, budgets)
     return 0 if ok else 1
 

@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import instructions, make_venv, percentile, pip, publish
+from _common import instructions, make_venv, percentile, pip, publish, report
 
 REPO = Path(__file__).resolve().parent.parent
 START_BUDGET_MS = 5.0  # MISSION.md: a run that starts the flusher, vs python -c pass
@@ -282,9 +282,7 @@ def main() -> int:
         "instructions_added": {mode: count[mode] - count["pass"] for mode in count if mode != "pass"},
     }
     if args.no_publish:
-        for b in budgets:
-            print(f"  {'budget' if b.get('asserted', True) else 'info'} {b['what']}: {b['measured']} ({b['budget']})")
-        return 0 if all(b["ok"] for b in budgets if b.get("asserted", True)) else 1
+        return 0 if report(budgets) else 1
     ok = publish("spawn", "python benchmarks/bench_spawn.py", figures, budgets)
     return 0 if ok else 1
 

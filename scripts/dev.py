@@ -342,12 +342,11 @@ def main(argv: list[str]) -> int:
             return 0
         print(f"scripts/dev.py quick: {' '.join(quick)}", file=sys.stderr)
         rest = ["--", *quick]
-    env = _pyenv_path()
-    sessions = SESSIONS[argv[0]]
-    if argv[0] == "check" and TIMED_FLAG in rest:
-        rest = [arg for arg in rest if arg != TIMED_FLAG]
-        sessions, env = ["bench"], {**env, BENCH_PART_ENV: "timed"}
     if argv[0] != "test":
+        sessions, env = SESSIONS[argv[0]], _pyenv_path()
+        if argv[0] == "check" and TIMED_FLAG in rest:
+            rest = [arg for arg in rest if arg != TIMED_FLAG]
+            sessions, env = ["bench"], {**env, BENCH_PART_ENV: "timed"}
         return subprocess.run([str(_bin("nox")), "-s", *sessions, *rest], cwd=REPO, env=env, check=False).returncode
     with_check = WITH_CHECK_FLAG in rest
     rest = [arg for arg in rest if arg != WITH_CHECK_FLAG]
@@ -355,8 +354,7 @@ def main(argv: list[str]) -> int:
     totals = add_up(lines)
     check = None if not with_check else ("passed" if check_status == 0 else f"failed (nox exited {check_status})")
     print(summary_line(totals, status, coverage_total(lines), check), flush=True)
-    failed = status or totals["failed"] or totals["errors"] or not totals["runs"]
-    return status if status else (1 if failed or check_status else 0)
+    return status or int(bool(totals["failed"] or totals["errors"] or not totals["runs"] or check_status))
 
 
 if __name__ == "__main__":
