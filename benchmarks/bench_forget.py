@@ -38,8 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import percentile, publish  # noqa: E402
 
+from spool_reporter.collector._common import COLUMNS, Unavailable  # noqa: E402
 from spool_reporter.collector._sqlite import SQLiteStore  # noqa: E402
-from spool_reporter.collector._store import COLUMNS, Unavailable, week_of_valid  # noqa: E402
+from spool_reporter.collector._weeks import week_of_valid  # noqa: E402
 
 HOLD_BUDGET_MS = 10.0
 """The p99 write transaction of a chunked forget (a chunk examines FORGET_CHUNK rows: about a millisecond)."""

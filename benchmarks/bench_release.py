@@ -67,9 +67,9 @@ def measure(
     """Draw ``draws`` week releases of (``true_total``, ``cells``) and sum up their errors."""
     from _common import percentile
 
-    from spool_reporter.collector import _public, _release
+    from spool_reporter.collector import _common, _public, _release
 
-    noisy = _release.Noisy(sensitivity=_release.WEEK_SENSITIVITY, epsilon=_release.EPSILON * _release.PROVISIONAL_SHARE)
+    noisy = _release.Noisy(sensitivity=_release.WEEK_SENSITIVITY, epsilon=_common.EPSILON * _release.PROVISIONAL_SHARE)
     order = [(name, value) for name, counts in cells.items() for value in counts]
     threshold = _public.cell_threshold(noisy.scale, len(order))
     true = [true_total, *(cells[name][value] for name, value in order)]
@@ -132,7 +132,7 @@ def main() -> int:
     from _common import publish
     from bench_stats import LAST_MONDAY, load, week_name, week_rows
 
-    from spool_reporter.collector import _public, _release, open_store
+    from spool_reporter.collector import _common, _release, open_store
 
     started = time.perf_counter()
     rng = random.Random(8)
@@ -146,7 +146,7 @@ def main() -> int:
                 with store.reading() as reader:
                     total, cells = _release.week_counts(reader, APP, week_name(monday))
                 assert total == size, (total, size)
-                rows.append(measure(total, cells, args.draws, _public.MIN_COUNT))
+                rows.append(measure(total, cells, args.draws, _common.MIN_COUNT))
         finally:
             store.close()
     wall = round(time.perf_counter() - started, 1)

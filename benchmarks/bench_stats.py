@@ -71,8 +71,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
+    from spool_reporter.collector._common import Release
     from spool_reporter.collector._rollup import Done
-    from spool_reporter.collector._store import Release, Store
+    from spool_reporter.collector._store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -165,7 +166,7 @@ def load(store: Store, rows: list[tuple[str, ...]]) -> float:
     else:
         import psycopg
 
-        from spool_reporter.collector._store import COLUMNS
+        from spool_reporter.collector._common import COLUMNS
 
         with psycopg.connect(store.url) as conn:  # type: ignore[attr-defined]
             with conn.cursor().copy(f"COPY events ({', '.join(COLUMNS)}) FROM STDIN") as copy:
@@ -212,15 +213,15 @@ def synthetic_releases(
     """Store the releases due at ``now`` (those of ``skip`` apart), as if the roll-up had made each on time,
     from the true ``counts`` of one week plus fresh noise; returns how many."""
     from spool_reporter._hook import iso_time
-    from spool_reporter.collector import _release
+    from spool_reporter.collector import _common, _release
+    from spool_reporter.collector._common import Release, Retention
     from spool_reporter.collector._rollup import closing_week
-    from spool_reporter.collector._store import Release, Retention
 
     with store.reading() as reader:
         first = store.first_week(reader)
         made = {(r.period, r.kind) for r in store.releases(APP, reader)}
     closed = closing_week(now, MAX_AGE)
-    common = {"now": now, "first_week": first, "retain_days": Retention().retain_days, "epsilon": _release.EPSILON}
+    common = {"now": now, "first_week": first, "retain_days": Retention().retain_days, "epsilon": _common.EPSILON}
     # Every week ended got its provisional release when it ended; the closed ones later got their final one.
     plans = _release.due(closed_through="", made=made, **common)  # type: ignore[arg-type]
     made |= {(p.period.name, p.kind) for p in plans}
@@ -256,8 +257,8 @@ def synthetic_releases(
 
 def timed_rollup(store: Store, now: float) -> tuple[float, Done]:
     """One ``rollup()`` at ``now`` with the collector's defaults; (seconds, what it did)."""
+    from spool_reporter.collector._common import Retention
     from spool_reporter.collector._rollup import rollup
-    from spool_reporter.collector._store import Retention
 
     t0 = time.perf_counter()
     done = rollup(store, now=now, max_age=MAX_AGE, retention=Retention())
@@ -389,7 +390,7 @@ def serve(urls: dict[int, str], rounds: int) -> tuple[dict[tuple[int, str, str],
 
     Returns (size, path, series) -> seconds of each request, and what the stores hold."""
     from spool_reporter.collector import _public, _served, make_app
-    from spool_reporter.collector._store import Retention
+    from spool_reporter.collector._common import Retention
 
     # rollup_every=0: no background roll-up started by a request (the collector's default starts one per hour).
     apps = {size: make_app(url, retention=Retention(rollup_every=0)) for size, url in urls.items()}
@@ -438,7 +439,7 @@ def serve_http(urls: dict[int, str], rounds: int) -> dict[tuple[int, str, str], 
     import http.client
 
     from spool_reporter.collector import serve as server_for
-    from spool_reporter.collector._store import Retention
+    from spool_reporter.collector._common import Retention
 
     servers = {size: server_for(url, retention=Retention(rollup_every=0)).start() for size, url in urls.items()}
     times: dict[tuple[int, str, str], list[float]] = {}

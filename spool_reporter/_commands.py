@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
-from . import SpoolReporterError, _consent, _files, _hook, _plan, _settings, _spool, _state
+from . import SpoolReporterError, _consent, _files, _hook, _plan, _redact, _settings, _spool, _state
 from ._cli_common import EXIT_FAILED, EXIT_OK, print_error
 from ._event import parse_time
 from ._hook import App
@@ -399,7 +399,7 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
     except ConfigError as exc:
         raise CommandError(str(exc)) from exc
     user, policy, decision = _inputs(ctx)
-    written = ", ".join(f"{k}={_settings.redact_url(v)}" for k, v in changes.items() if v is not None)
+    written = ", ".join(f"{k}={_redact.redact_url(v)}" for k, v in changes.items() if v is not None)
     _out(f"Wrote {written} to {path}" + (" and removed mode=local." if before.local and not args.local else "."))
     if args.endpoint is not None:
         _out(_destination_after_enable(ctx, user, policy, decision, path))

@@ -40,6 +40,7 @@ from typing import Final
 from . import _consent, _files, _hook, _sent, _settings, _spawn, _spool, _state
 from ._hook import FLUSHER_LOCK_FD_ENV, FLUSHER_LOCK_NAME, GATE_NAME, App, iso_time
 from ._http import Answer, Sender
+from ._redact import REDACTED
 from ._state import log, now
 from ._words import counted
 from .transports import Event, transport_for
@@ -203,7 +204,7 @@ class _Run:
 
     def secretless(self, text: str) -> str:
         secret = self.destination.api_secret
-        return text.replace(secret, "REDACTED") if secret else text
+        return text.replace(secret, REDACTED) if secret else text
 
     def claim(self) -> list[tuple[str, int, int]]:
         """Seal the active file and enforce the caps, under the spool lock; the sealed segments, oldest first."""

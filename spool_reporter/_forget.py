@@ -28,6 +28,7 @@ that ``forget`` can be run again; the result says why.
 
 from __future__ import annotations
 
+from ._redact import REDACTED
 from ._words import counted
 
 TYPE_CHECKING = False
@@ -225,7 +226,7 @@ def _run(app: App, *, environ: Mapping[str, str] | None, send_while_off: bool) -
         where = url  # made from the endpoint alone: no secret in it
         if not confirmed:
             secret = destination.api_secret
-            what = what.replace(secret, "REDACTED") if secret else what
+            what = what.replace(secret, REDACTED) if secret else what
             return Result(
                 "failed",
                 f"the collector at {where} did not confirm the deletion ({what}); your client id is kept, so "

@@ -67,15 +67,14 @@ if TYPE_CHECKING:
 
     from typing_extensions import Unpack  # typing's from Python 3.11; read by the type checker only
 
+    from ._common import MIN_COUNT, CollectorError, Limits, Publishing, Retention, StoreClosed, Unavailable
     from ._forward import GA4Forwarder
     from ._open import open_store
-    from ._public import MIN_COUNT
-    from ._release import Publishing
     from ._report import render_html
     from ._server import CollectorServer
     from ._stats import Stats, Week
     from ._stats import compute as stats
-    from ._store import CollectorError, Limits, Retention, Store, StoreClosed, Unavailable
+    from ._store import Store
     from ._wire import MAX_BODY_BYTES, MAX_EVENTS, Policy
     from ._wsgi import BATCH_PATH, FORGET_PATH, GA4_PATH, Collector, Counters, Forwarder
 
@@ -125,20 +124,20 @@ _HOMES: Final = {
     "GA4_PATH": "_wsgi",
     "MAX_BODY_BYTES": "_wire",
     "MAX_EVENTS": "_wire",
-    "MIN_COUNT": "_public",
+    "MIN_COUNT": "_common",
     "Collector": "_wsgi",
-    "CollectorError": "_store",
+    "CollectorError": "_common",
     "CollectorServer": "_server",
     "Counters": "_wsgi",
     "GA4Forwarder": "_forward",
-    "Limits": "_store",
+    "Limits": "_common",
     "Policy": "_wire",
-    "Publishing": "_release",
-    "Retention": "_store",
+    "Publishing": "_common",
+    "Retention": "_common",
     "Stats": "_stats",
     "Store": "_store",
-    "StoreClosed": "_store",
-    "Unavailable": "_store",
+    "StoreClosed": "_common",
+    "Unavailable": "_common",
     "Week": "_stats",
     "open_store": "_open",
     "render_html": "_report",
@@ -188,11 +187,9 @@ def make_app(
     :raises CollectorError: the database cannot be opened (one line saying why), or the retention is shorter
         than the maximum event age plus a week.
     """
+    from ._common import Publishing, Retention, check_epsilon, check_min_count
     from ._open import open_store
-    from ._public import check_min_count
-    from ._release import Publishing, check_epsilon
     from ._rollup import check_retention
-    from ._store import Retention
     from ._wire import Policy
     from ._wsgi import Collector
 
@@ -234,9 +231,9 @@ def public(db: str | os.PathLike[str] | Store, *, publishing: Publishing | None 
 
     :raises CollectorError: the database does not exist or cannot be read.
     """
+    from ._common import Publishing
     from ._open import open_store
     from ._public import document
-    from ._release import Publishing
     from ._store import Store
 
     publishing = publishing or Publishing()

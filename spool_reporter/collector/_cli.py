@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from types import FrameType, TracebackType
     from typing import Any, Final
 
-    from ._release import Publishing
+    from ._common import Publishing
     from ._stats import Stats
 
 DEFAULT_PORT: Final = 8765
@@ -134,9 +134,9 @@ DESCRIPTION: Final = (
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``serve``, ``stats``, ``migrate`` and ``rollup`` to ``commands``."""
-    # The store's defaults only: the rest of the collector is imported when a command runs, so that building
-    # the parser (every django-spool command does) stays cheap.
-    from ._store import DEFAULT_MAX_AGE_DAYS, Limits, Retention
+    # The collector's defaults only (standard library): the rest of the collector is imported when a command
+    # runs, so that building the parser (every django-spool command does) stays cheap.
+    from ._common import DEFAULT_APP, DEFAULT_MAX_AGE_DAYS, EPSILON, LICENCE, MIN_COUNT, Limits, Retention
 
     def add_number(
         parser: argparse.ArgumentParser,
@@ -157,7 +157,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         add_number(
             parser,
             "--epsilon",
-            default=1.0,  # _release.EPSILON, not imported here (see --min-count)
+            default=EPSILON,
             metavar="EPS",
             help="the privacy budget of the public releases, per developer: for each week (its provisional and "
             "final releases together), and for each month, quarter and year",
@@ -168,7 +168,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         add_epsilon(parser)
         parser.add_argument(
             "--data-license",
-            default="CC-BY-4.0",  # _release.LICENCE
+            default=LICENCE,
             metavar="LICENCE",
             help="the licence the public numbers and their downloads state (default: %(default)s)",
         )
@@ -231,7 +231,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     serve.add_argument(
         "--min-count",
         type=_min_count,
-        default=10,  # _public.MIN_COUNT, not imported here: it would load the store for every django-spool command
+        default=MIN_COUNT,
         metavar="N",
         help="the display threshold of the public numbers: a released count below N is shown as 'fewer than N' "
         "(default: %(default)s)",
@@ -264,12 +264,12 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     stats.add_argument(
         "--min-count",
         type=_min_count,
-        default=10,
+        default=MIN_COUNT,
         metavar="N",
         help="with --public: the display threshold, as serve's (default: %(default)s)",
     )
     add_publishing(stats)  # with --public: the settings the page and the document state, as serve's
-    stats.add_argument("--app", default="Django", help="the application to report (default: %(default)s)")
+    stats.add_argument("--app", default=DEFAULT_APP, help="the application to report (default: %(default)s)")
 
     migrate = _command(
         commands,
@@ -330,7 +330,7 @@ def _command(
 
 def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        from ._store import CollectorError
+        from ._common import CollectorError
 
         return run_guarded(lambda: func(args), args.collector_prog, failures=(CollectorError,))
 
@@ -338,7 +338,7 @@ def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
 
 
 def _min_count(text: str) -> int:
-    from ._public import parse_min_count
+    from ._common import parse_min_count
 
     try:
         return parse_min_count(text)
@@ -347,7 +347,7 @@ def _min_count(text: str) -> int:
 
 
 def _epsilon(text: str) -> float:
-    from ._release import parse_epsilon
+    from ._common import parse_epsilon
 
     try:
         return parse_epsilon(text)
@@ -356,7 +356,7 @@ def _epsilon(text: str) -> float:
 
 
 def _first_week(text: str) -> str:
-    from ._release import first_week_of
+    from ._weeks import first_week_of
 
     try:
         return first_week_of(text)
@@ -365,7 +365,7 @@ def _first_week(text: str) -> str:
 
 
 def _publishing(args: argparse.Namespace) -> Publishing:
-    from ._release import Publishing
+    from ._common import Publishing
 
     return Publishing(epsilon=args.epsilon, min_count=args.min_count, licence=args.data_license)
 
@@ -472,7 +472,7 @@ def _signals_stop(stop: Callable[[], None]) -> Iterator[None]:
 
 
 class _Failure:
-    """A ``with`` block of a command whose :class:`~._store.CollectorError` (a database that cannot be opened, read
+    """A ``with`` block of a command whose :class:`~._common.CollectorError` (a database that cannot be opened, read
     or written) is the command's error line: printed, then :attr:`failed`, and the command exits 1. Entered as
     ``with failure, contextlib.closing(open_store(...)) as store:``, it also takes the error of the opening."""
 
@@ -484,7 +484,7 @@ class _Failure:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
-        from ._store import CollectorError
+        from ._common import CollectorError
 
         if not isinstance(exc, CollectorError):
             return False
@@ -524,8 +524,8 @@ def cmd_rollup(args: argparse.Namespace) -> int:
     import time
 
     from . import CollectorError, open_store
+    from ._common import Publishing
     from ._config import policy, retention
-    from ._release import Publishing
     from ._rollup import rollup
 
     db = _db(args)

@@ -24,10 +24,20 @@ from __future__ import annotations
 
 from spool_reporter._event import MAX_FUTURE_SECONDS, check
 
-from ._public import MIN_COUNT, MIN_COUNT_VARIABLE, parse_min_count
-from ._release import EPSILON, LICENCE, Publishing, parse_epsilon
+from ._common import (
+    DEFAULT_MAX_AGE_DAYS,
+    EPSILON,
+    LICENCE,
+    MIN_COUNT,
+    CollectorError,
+    Limits,
+    Publishing,
+    Retention,
+    parse_epsilon,
+    parse_min_count,
+)
+from ._public import MIN_COUNT_VARIABLE
 from ._rollup import check_retention
-from ._store import DEFAULT_MAX_AGE_DAYS, CollectorError, Limits, Retention
 from ._wire import ANY_COMMAND, DEFAULT_COMMANDS, Policy
 
 TYPE_CHECKING = False
@@ -119,7 +129,7 @@ def retention(
     rollup_every: float = Retention().rollup_every,
     max_age_days: float = DEFAULT_MAX_AGE_DAYS,
 ) -> Retention:
-    """A :class:`~._store.Retention` that fits the maximum event age; :class:`CollectorError` otherwise."""
+    """A :class:`~._common.Retention` that fits the maximum event age; :class:`CollectorError` otherwise."""
     return check_retention(Retention(retain_days=retain_days, rollup_every=rollup_every), max_age_days * 86400)
 
 

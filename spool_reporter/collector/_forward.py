@@ -28,7 +28,7 @@ from spool_reporter._event import parse_time
 from spool_reporter._net import is_loopback
 from spool_reporter.transports import ga4 as _ga4
 
-from ._store import COLUMNS, CollectorError
+from ._common import COLUMNS, CollectorError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ PARAMS: Final = _ga4.PARAMS
 """Stored columns sent as event parameters; client id and time travel in their own GA4 fields."""
 
 _COL: Final = {name: i for i, name in enumerate(COLUMNS)}
-"""Positions in a stored row (:data:`spool_reporter.collector._store.COLUMNS`)."""
+"""Positions in a stored row (:data:`spool_reporter.collector._common.COLUMNS`)."""
 
 _STOP: Final = object()
 

@@ -7,7 +7,8 @@ database of its kind is opened: a SQLite collector never imports the PostgreSQL 
 
 from __future__ import annotations
 
-from ._store import Limits, Store, is_postgres
+from ._common import Limits, is_postgres
+from ._store import Store
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ def open_store(db: str | os.PathLike[str], *, create: bool = True, limits: Limit
     """The store named by ``db``: a ``postgresql://`` URL, or a SQLite file path.
 
     :param create: create the database's tables (and a missing SQLite file), and migrate an older schema;
-        otherwise a missing SQLite file raises :class:`~._store.CollectorError` (``stats`` never creates an empty
+        otherwise a missing SQLite file raises :class:`~._common.CollectorError` (``stats`` never creates an empty
         database by mistake) -- an older schema is still read.
     :raises CollectorError: with one line saying why the database cannot be used.
     """

@@ -31,7 +31,7 @@ each connection runs with ``lock_timeout`` (:data:`LOCK_TIMEOUT_MS`) and ``state
 (:data:`STATEMENT_TIMEOUT_MS`), which the server enforces; a server that does not answer at all (frozen,
 or cut off by the network) cannot enforce them, so a watchdog thread shuts the socket of a request's
 connection once its time is up (:class:`_Watchdog`), and libpq's ``connect_timeout`` bounds a new
-connection. Each ends in :class:`~._store.Unavailable`: ``503`` with ``Retry-After``. The roll-up, the
+connection. Each ends in :class:`~._common.Unavailable`: ``503`` with ``Retry-After``. The roll-up, the
 statistics and a migration lift the statement timeout for their own transactions (``SET LOCAL``): they may
 take as long as the data needs.
 """
@@ -47,7 +47,9 @@ import socket
 import threading
 import time
 
-from . import _store
+from spool_reporter._redact import redact_url
+
+from . import _common, _store, _weeks
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -57,7 +59,7 @@ if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import ConnectionPool
 
-    from ._store import Row
+    from ._common import Row
 
     _T = TypeVar("_T")
 
@@ -107,7 +109,7 @@ _TYPES: Final = {"event_id": "uuid", "client_id": "uuid"}
 MIGRATIONS: Final = {
     1: (
         "CREATE TABLE IF NOT EXISTS events ("
-        + ", ".join(f"{c} {_TYPES.get(c, 'text')} NOT NULL" for c in _store.COLUMNS)
+        + ", ".join(f"{c} {_TYPES.get(c, 'text')} NOT NULL" for c in _common.COLUMNS)
         + ", PRIMARY KEY (event_id))",
     ),
     2: (
@@ -172,8 +174,8 @@ assert max(MIGRATIONS) == _store.SCHEMA_VERSION
 # more than the rest of the insert together (benchmarks/bench_collector.py).
 _PAIRS: Final = "unnest(string_to_array(%s, ','), string_to_array(%s, ','))"
 _INSERT: Final = (
-    f"INSERT INTO events ({', '.join(_store.COLUMNS)}) "  # noqa: S608 - fixed names
-    f"SELECT {', '.join('left(time, 10)' if c == 'time' else c for c in _store.COLUMNS)} "  # the day only
+    f"INSERT INTO events ({', '.join(_common.COLUMNS)}) "  # noqa: S608 - fixed names
+    f"SELECT {', '.join('left(time, 10)' if c == 'time' else c for c in _common.COLUMNS)} "  # the day only
     "FROM json_populate_recordset(NULL::events, %s::json) "
     "ON CONFLICT (event_id) DO NOTHING"
 )
@@ -215,7 +217,7 @@ def _psycopg() -> Any:
         import psycopg
     except ImportError as exc:
         msg = "a postgresql:// database needs psycopg 3: pip install 'spool_reporter[collector]'"
-        raise _store.CollectorError(msg) from exc
+        raise _common.CollectorError(msg) from exc
     return psycopg
 
 
@@ -226,7 +228,7 @@ def _pool_class() -> type[ConnectionPool[Any]]:
         import psycopg_pool
     except ImportError as exc:
         msg = "a postgresql:// database needs psycopg_pool: pip install 'spool_reporter[collector]'"
-        raise _store.CollectorError(msg) from exc
+        raise _common.CollectorError(msg) from exc
 
     class Pool(psycopg_pool.ConnectionPool):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -253,7 +255,7 @@ def _one(cur: psycopg.Cursor[Any], sql: str, params: tuple[object, ...] = ()) ->
     row = cur.execute(sql, params).fetchone()
     if row is None:  # pragma: no cover - rollup_state has its one row from the migration on
         msg = f"no row from {sql.split(maxsplit=1)[0]}"
-        raise _store.CollectorError(msg)
+        raise _common.CollectorError(msg)
     return tuple(row)
 
 
@@ -333,15 +335,15 @@ class PostgresStore(_store.Store):
     :param url: a libpq connection URL (``postgresql://user@host:port/dbname``, ``?host=/run/postgresql``).
     :param create: create the tables and migrate an older schema (the database itself must exist);
         otherwise a database without the collector's tables raises :class:`CollectorError`.
-    :param limits: what is kept (:class:`~._store.Limits`).
+    :param limits: what is kept (:class:`~._common.Limits`).
     """
 
     kind = "postgresql"
 
-    def __init__(self, url: str, *, create: bool = True, limits: _store.Limits | None = None) -> None:
+    def __init__(self, url: str, *, create: bool = True, limits: _common.Limits | None = None) -> None:
         self.url = url
-        self.display = _store.redact(url)
-        self.limits = limits or _store.Limits()
+        self.display = redact_url(url)
+        self.limits = limits or _common.Limits()
         self._pg: Any = _psycopg()
         self._pool_class = _pool_class()
         self._lock = threading.Lock()
@@ -363,10 +365,10 @@ class PostgresStore(_store.Store):
                     self._migrate(conn, version)
                 elif version == 0:
                     msg = f"{self.display} has no collector tables (run `collector migrate --db ...` or serve once)"
-                    raise _store.CollectorError(msg)
+                    raise _common.CollectorError(msg)
         except self._pg.Error as exc:
             msg = f"cannot open the collector database {self.display}: {_first_line(exc)}"
-            raise _store.CollectorError(msg) from exc
+            raise _common.CollectorError(msg) from exc
         finally:
             conn.close()
 
@@ -376,13 +378,13 @@ class PostgresStore(_store.Store):
             conn: psycopg.Connection[Any] = self._pg.connect(self.url, **_CONNECT_KWARGS)
         except self._pg.Error as exc:  # OperationalError, ProgrammingError (a malformed URL)
             msg = f"cannot connect to the collector database {self.display}: {_first_line(exc)}"
-            raise _store.Unavailable(msg) from exc
+            raise _common.Unavailable(msg) from exc
         with _store.closed_on_failure(conn):
             try:
                 _configure(conn)
             except self._pg.Error as exc:
                 msg = f"cannot use the collector database {self.display}: {_first_line(exc)}"
-                raise _store.Unavailable(msg) from exc
+                raise _common.Unavailable(msg) from exc
         return conn
 
     @staticmethod
@@ -399,7 +401,7 @@ class PostgresStore(_store.Store):
         for target in range(version + 1, _store.SCHEMA_VERSION + 1):
             for statement in MIGRATIONS[target]:
                 conn.execute(statement)
-        conn.execute("UPDATE release_state SET first_week = %s WHERE first_week = ''", (_store.this_week(time.time()),))
+        conn.execute("UPDATE release_state SET first_week = %s WHERE first_week = ''", (_weeks.this_week(time.time()),))
         conn.execute("UPDATE forget_key SET key = %s WHERE key = ''", (secrets.token_hex(32),))
         conn.execute("CREATE TABLE IF NOT EXISTS spool_reporter_schema (version integer NOT NULL)")
         conn.execute("DELETE FROM spool_reporter_schema")
@@ -419,7 +421,7 @@ class PostgresStore(_store.Store):
         with self._lock:
             if self._closed:  # e.g. a roll-up thread still running when the application shut down
                 msg = f"the collector database {self.display} is closed"
-                raise _store.StoreClosed(msg)
+                raise _common.StoreClosed(msg)
             pool = self._pool
             if pool is None or pool.pid != os.getpid():  # type: ignore[attr-defined]  # (a fork os.fork did not see)
                 pool = self._pool = self._pool_class(
@@ -452,10 +454,10 @@ class PostgresStore(_store.Store):
             conn = pool.getconn()
         except psycopg_pool.PoolClosed as exc:  # closed by close() since _connections() returned it
             msg = f"the collector database {self.display} is closed"
-            raise _store.StoreClosed(msg) from exc
+            raise _common.StoreClosed(msg) from exc
         except psycopg_pool.PoolTimeout as exc:
             msg = f"the collector database {self.display} is unavailable: no connection within {CONNECT_TIMEOUT_S} s"
-            raise _store.Unavailable(msg) from exc
+            raise _common.Unavailable(msg) from exc
         token = _WATCHDOG.watch(conn.pgconn.socket, _store.REQUEST_WAIT_S) if quick else 0
         try:
             yield conn
@@ -467,7 +469,7 @@ class PostgresStore(_store.Store):
             pool.putconn(conn)  # rolled back already (conn.transaction()); a broken one is discarded
             if killed:
                 msg = f"the collector database {self.display} did not answer within {_store.REQUEST_WAIT_S:g} s"
-                raise _store.Unavailable(msg) from exc
+                raise _common.Unavailable(msg) from exc
             raise
         if token and _WATCHDOG.done(token):  # shut just as the work ended: never pooled again
             with contextlib.suppress(Exception):
@@ -482,7 +484,7 @@ class PostgresStore(_store.Store):
                 return work(conn)
         except transient as exc:
             msg = f"the collector database {self.display} is unavailable: {_first_line(exc)}"
-            raise _store.Unavailable(msg) from exc
+            raise _common.Unavailable(msg) from exc
 
     # -- writing --------------------------------------------------------------------------------------------
 
@@ -529,7 +531,7 @@ class PostgresStore(_store.Store):
                 kept, taken, limited = _store.apply_cap(new, groups, used, cap)
                 if kept:
                     batch = json.dumps(
-                        [dict(zip(_store.COLUMNS, row, strict=True)) for row in kept], separators=(",", ":")
+                        [dict(zip(_common.COLUMNS, row, strict=True)) for row in kept], separators=(",", ":")
                     )
                     added = cur.execute(_INSERT, (batch,)).rowcount
                     items = sorted(taken.items())
@@ -540,7 +542,7 @@ class PostgresStore(_store.Store):
             mine = _store.refused_here(forgotten=gone, late=late, over_cap=limited)
             counted = _store.merge_counts(refused, mine)
             if counted:
-                week = _store.this_week(time.time() if now is None else now)
+                week = _weeks.this_week(time.time() if now is None else now)
                 cur.executemany(_ADD_REFUSAL, sorted((week, reason, n) for reason, n in counted.items()))
         return _store.Inserted(added, kept if want_new else [], mine)
 
@@ -618,8 +620,8 @@ class PostgresStore(_store.Store):
         except self._pg.Error as exc:
             msg = f"cannot read the collector database {self.display}: {_first_line(exc)}"
             if isinstance(exc, self._pg.OperationalError):
-                raise _store.Unavailable(msg) from exc
-            raise _store.CollectorError(msg) from exc
+                raise _common.Unavailable(msg) from exc
+            raise _common.CollectorError(msg) from exc
 
     def reading(self, *, quick: bool = False) -> contextlib.AbstractContextManager[_store.Reader]:
         return self._reading(quick)

@@ -31,17 +31,15 @@ import math
 
 from spool_reporter._event import OTHER
 
-from ._release import BREAKDOWNS, FINAL, Publishing
+from ._common import Publishing
+from ._release import BREAKDOWNS, FINAL
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Final
 
-    from ._store import Release
-
-MIN_COUNT: Final = 10
-"""The default display threshold: a released count below it is shown as "fewer than 10"."""
+    from ._common import Release
 
 MIN_COUNT_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_MIN_COUNT"
 """Where ``spool_reporter.collector.wsgi`` reads the display threshold (``serve`` takes ``--min-count``)."""
@@ -67,23 +65,6 @@ one shows."""
 
 UNITS: Final = (("week", "weeks"), ("month", "months"), ("quarter", "quarters"), ("year", "years"))
 """A release's unit -> the list of the document that holds it."""
-
-
-def parse_min_count(text: str) -> int:
-    """``text`` as a display threshold: a whole number of at least 1. Raises :exc:`ValueError`."""
-    value = text.strip()
-    if not (value.isascii() and value.isdigit()) or len(value) > 9 or int(value) < 1:
-        msg = f"the minimum count must be a whole number of at least 1, got {text!r}"
-        raise ValueError(msg)
-    return int(value)
-
-
-def check_min_count(min_count: int) -> int:
-    """``min_count`` if it is a valid display threshold (at least 1); raises :exc:`ValueError` otherwise."""
-    if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
-        msg = f"min_count must be a whole number of at least 1, got {min_count!r}"
-        raise ValueError(msg)
-    return min_count
 
 
 FAMILY_ALPHA: Final = 0.05

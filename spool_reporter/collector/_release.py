@@ -42,7 +42,9 @@ import math
 
 from spool_reporter._event import OS_FAMILIES, OTHER, iso_time
 
-from ._store import BREAKDOWN_SQL, CollectorError, Release, Store
+from . import _weeks
+from ._common import EPSILON, CollectorError, Release, check_epsilon
+from ._store import BREAKDOWN_SQL, Store
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -52,13 +54,6 @@ if TYPE_CHECKING:
     from ._store import Reader
 else:
     from typing import NamedTuple
-
-EPSILON: Final = 1.0
-"""The default budget (``--epsilon``): per developer for each week (both its releases together), and for each
-month, quarter and year."""
-
-MAX_EPSILON: Final = 10.0
-"""The largest ε accepted: beyond it the noise no longer protects anyone, and "private" would be a false word."""
 
 PROVISIONAL_SHARE: Final = 0.5
 """The share of a week's ε spent on its provisional release; the final release spends the rest."""
@@ -109,24 +104,6 @@ OS_CELLS: Final = tuple(sorted(OS_FAMILIES - {OTHER}))
 """The validator's operating system families (``"other"`` apart)."""
 
 
-LICENCE: Final = "CC-BY-4.0"
-"""The default licence of the released numbers (``--data-license``): Creative Commons Attribution 4.0."""
-
-
-class Publishing(NamedTuple):
-    """What the collector publishes, and how: read by the roll-up (which makes releases) and the public routes."""
-
-    epsilon: float = EPSILON
-    """The budget per developer: for each week (its releases together), and for each month, quarter and year."""
-    app: str = "Django"
-    """The application whose numbers are released."""
-    min_count: int = 10
-    """The display threshold: a released count below it is shown as "fewer than N" (post-processing: it spends no
-    budget and protects nobody by itself; the noise does that)."""
-    licence: str = LICENCE
-    """The licence the downloads and the page state (an SPDX identifier or a URL)."""
-
-
 def vocabulary(app: str) -> dict[str, tuple[str, ...]]:
     """Breakdown -> the values released for ``app``, ``"other"`` last: fixed, never taken from the data.
     An application other than Django has no versions named (all of them count under ``"other"``)."""
@@ -136,26 +113,6 @@ def vocabulary(app: str) -> dict[str, tuple[str, ...]]:
         "by_python": (*PYTHON_CELLS, OTHER),
         "by_os": (*OS_CELLS, OTHER),
     }
-
-
-def check_epsilon(epsilon: float) -> float:
-    """``epsilon`` if it is a usable budget (above 0, at most :data:`MAX_EPSILON`); :exc:`ValueError` otherwise."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon <= MAX_EPSILON:
-        msg = f"epsilon must be a number above 0 and at most {MAX_EPSILON:g}, got {epsilon!r}"
-        raise ValueError(msg)
-    return float(epsilon)
-
-
-def parse_epsilon(text: str) -> float:
-    """``--epsilon``'s text as a budget; :exc:`ValueError` with the rule otherwise."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if math.isnan(value):
-        msg = f"epsilon must be a number above 0 and at most {MAX_EPSILON:g}, got {text!r}"
-        raise ValueError(msg)
-    return check_epsilon(value)
 
 
 # -- counting, one value per developer ---------------------------------------------------------------------
@@ -208,7 +165,7 @@ def period_developers(reader: Reader, app: str, first: datetime.date, last: date
     ((n,),) = reader.query(
         "SELECT COUNT(DISTINCT client_id) FROM events WHERE app = ? AND week >= ? AND week <= ? "
         "AND time >= ? AND time <= ?",
-        (app, _week_of(first), _week_of(last), first.isoformat(), last.isoformat()),
+        (app, _weeks.week_of(first), _weeks.week_of(last), first.isoformat(), last.isoformat()),
     )
     return int(n)  # type: ignore[call-overload,no-any-return]
 
@@ -267,16 +224,6 @@ class Noisy:
 # -- periods and the schedule -------------------------------------------------------------------------------
 
 
-def _week_of(day: datetime.date) -> str:
-    year, num, _ = day.isocalendar()
-    return f"{year:04d}-W{num:02d}"
-
-
-def _monday(week: str) -> datetime.date:
-    year, num = week.split("-W")
-    return datetime.date.fromisocalendar(int(year), int(num), 1)
-
-
 class Period(NamedTuple):
     """A period released: its unit (``"week"``, ``"month"``, ``"quarter"`` or ``"year"``), name, first and last day."""
 
@@ -291,7 +238,7 @@ def periods(start: datetime.date, end: datetime.date) -> list[Period]:
     out: list[Period] = []
     monday = start + datetime.timedelta(days=(7 - start.weekday()) % 7)
     while monday + datetime.timedelta(days=6) <= end:
-        out.append(Period("week", _week_of(monday), monday, monday + datetime.timedelta(days=6)))
+        out.append(Period("week", _weeks.week_of(monday), monday, monday + datetime.timedelta(days=6)))
         monday += datetime.timedelta(days=7)
     year, month = start.year, start.month
     if start.day != 1:
@@ -334,14 +281,14 @@ def due(
     :param made: (period, kind) of the releases already stored.
     """
     today = datetime.datetime.fromtimestamp(now, datetime.timezone.utc).date()
-    start = _monday(first_week) if first_week else today
+    start = _weeks.monday(first_week) if first_week else today
     # The roll-up deletes the events of days before the cutoff's day (``_rollup``): from keep_from on, all are kept.
     keep_from = today - datetime.timedelta(days=math.floor(retain_days))
     start = max(start, keep_from)
     ended = today - datetime.timedelta(days=1)
     plans: list[Plan] = []
     for period in periods(start, ended):
-        closed = bool(closed_through) and _week_of(period.last) <= closed_through
+        closed = bool(closed_through) and _weeks.week_of(period.last) <= closed_through
         if period.unit == "week":
             if closed and (period.name, FINAL) not in made:
                 plans.append(Plan(period, FINAL, epsilon * (1 - PROVISIONAL_SHARE)))
@@ -412,15 +359,3 @@ def make(store: Store, *, app: str, now: float, retain_days: float, epsilon: flo
         if store.save_release(item):
             out.append(item)
     return out
-
-
-def first_week_of(text: str) -> str:
-    """``--first-week``'s text (``"2026-W49"``) checked: a real ISO week; :exc:`ValueError` otherwise."""
-    try:
-        monday = _monday(text.strip())
-    except ValueError:
-        monday = None
-    if monday is None or _week_of(monday) != text.strip():
-        msg = f"not an ISO week like 2026-W49: {text!r}"
-        raise ValueError(msg)
-    return text.strip()

@@ -36,9 +36,10 @@ from spool_reporter._event import OTHER, parse_time
 from spool_reporter._version import __version__
 from spool_reporter._words import plural
 
+from . import _weeks
+from ._common import DEFAULT_MAX_AGE_DAYS
 from ._public import CHECK_SECONDS, RELEASES_CSV_PATH, RELEASES_JSON_PATH, STATS_PATH
 from ._release import FINAL, PROVISIONAL, PROVISIONAL_SHARE
-from ._store import DEFAULT_MAX_AGE_DAYS
 from ._svg import (
     FOLD_CLASS,
     OTHER_CLASS,
@@ -172,15 +173,9 @@ _NBSP: Final = "&#160;"
 
 def _monday(week: str) -> datetime.date | None:
     try:
-        year, num = week.split("-W")
-        return datetime.date.fromisocalendar(int(year), int(num), 1)
+        return _weeks.monday(week)
     except ValueError:
         return None
-
-
-def _iso_week(day: datetime.date) -> str:
-    year, num, _ = day.isocalendar()
-    return f"{year:04d}-W{num:02d}"
 
 
 def _window(labels: Sequence[str]) -> list[str]:
@@ -192,7 +187,7 @@ def _window(labels: Sequence[str]) -> list[str]:
     if last is None or first is None:  # not ISO weeks (a database written by hand): the labels as they are
         return list(labels[-CHART_WEEKS:])
     span = max(1, min(CHART_WEEKS, (last - first).days // 7 + 1))
-    return [_iso_week(last - datetime.timedelta(weeks=back)) for back in range(span - 1, -1, -1)]
+    return [_weeks.week_of(last - datetime.timedelta(weeks=back)) for back in range(span - 1, -1, -1)]
 
 
 def _swatch(cls: str) -> str:
@@ -413,8 +408,9 @@ def _schedule(made: str, weeks: Sequence[_Released], first_week: str) -> str:
     latest = _day(weeks[-1].last_day) if weeks else None
     if latest is not None:
         ends = latest + datetime.timedelta(days=8)
+        following = _weeks.week_of(latest + datetime.timedelta(days=7))
         items.append(
-            f"<li>Next: the provisional release of {_iso_week(latest + datetime.timedelta(days=7))}, once that week "
+            f"<li>Next: the provisional release of {following}, once that week "
             f"has ended: from Monday {ends.isoformat()} 00:00 UTC, within the collector's roll-up interval (an hour "
             "by default).</li>"
         )

@@ -26,7 +26,7 @@ rows of the developers last seen before it (one who comes back later is counted 
 
 **Who runs it.** :func:`rollup` is idempotent and safe from several processes: one holds the store's roll-up
 lock (a PostgreSQL advisory lock, a lease in the SQLite file) and the others skip. It runs from
-``collector rollup`` and, at most once per :attr:`~._store.Retention.rollup_every` in each collector process,
+``collector rollup`` and, at most once per :attr:`~._common.Retention.rollup_every` in each collector process,
 in a background thread started by ingest (:class:`~._wsgi.Collector`), so no request ever waits for it.
 """
 
@@ -36,14 +36,17 @@ import math
 
 from spool_reporter._event import MAX_AGE_SECONDS, iso_time
 
-from . import _release
-from ._store import BREAKDOWN_SQL, EVENT_BREAKDOWN, CollectorError, Retention, this_week, week_before
+from . import _common, _release
+from ._common import CollectorError, Retention
+from ._store import BREAKDOWN_SQL, EVENT_BREAKDOWN
+from ._weeks import this_week, week_before
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final, NamedTuple
 
-    from ._store import Reader, Release, Store
+    from ._common import Release
+    from ._store import Reader, Store
 else:
     from typing import NamedTuple
 
@@ -131,7 +134,7 @@ def rollup(
     now: float,
     max_age: float = MAX_AGE_SECONDS,
     retention: Retention | None = None,
-    publishing: _release.Publishing | None = None,
+    publishing: _common.Publishing | None = None,
 ) -> Done:
     """Close the weeks that can take no more events, roll them up, make the public releases that are due
     (:mod:`._release`), and delete the events past the retention (after the releases that need them).
@@ -165,7 +168,7 @@ def rollup(
             store.mark_rolled(closed)
         released: tuple[Release, ...] = ()
         error = ""
-        publish = publishing or _release.Publishing()
+        publish = publishing or _common.Publishing()
         try:
             released = tuple(
                 _release.make(store, app=publish.app, now=now, retain_days=keep.retain_days, epsilon=publish.epsilon)

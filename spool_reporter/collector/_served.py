@@ -12,6 +12,7 @@ import json
 import threading
 import time
 
+from ._common import CollectorError
 from ._public import (
     CHECK_SECONDS,
     PAGE_PATH,
@@ -23,14 +24,13 @@ from ._public import (
     releases_json,
 )
 from ._report import CSP_HEADER, render_public
-from ._store import CollectorError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-    from ._release import Publishing
-    from ._store import Release, Store
+    from ._common import Publishing, Release
+    from ._store import Store
 
 _JSON_CSP: Final = "default-src 'none'; frame-ancestors 'none'"
 """The JSON and CSV answers run nothing and may not be framed."""

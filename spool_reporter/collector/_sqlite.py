@@ -5,7 +5,7 @@
 read lock, which is the case SQLite's busy handler cannot resolve, and it makes the reads inside the
 transaction (which ids are new, how many events each client already has this week) exact. ``busy_timeout``
 makes a writer wait for another (thread or process) instead of failing, for at most
-:data:`~._store.LOCK_WAIT_S`; a database that stays locked is :class:`~._store.Unavailable` (``503`` with
+:data:`~._store.LOCK_WAIT_S`; a database that stays locked is :class:`~._common.Unavailable` (``503`` with
 ``Retry-After``). So is every operational failure of the file: a full disk, an I/O error, a read-only or
 vanished file (:func:`operational`): the client keeps its batch and comes back, and the operator reads the
 reason in the collector's log.
@@ -40,14 +40,14 @@ import stat
 import threading
 import time
 
-from . import _store
+from . import _common, _store, _weeks
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from typing import Final, TypeVar
 
-    from ._store import Row
+    from ._common import Row
 
     _T = TypeVar("_T")
 
@@ -142,8 +142,8 @@ MIGRATIONS: Final = {
 assert max(MIGRATIONS) == _store.SCHEMA_VERSION
 
 _INSERT: Final = (
-    f"INSERT OR IGNORE INTO events ({', '.join(_store.COLUMNS)}) "  # noqa: S608 - fixed column names
-    f"VALUES ({', '.join('substr(?, 1, 10)' if c == 'time' else '?' for c in _store.COLUMNS)})"  # the day only
+    f"INSERT OR IGNORE INTO events ({', '.join(_common.COLUMNS)}) "  # noqa: S608 - fixed column names
+    f"VALUES ({', '.join('substr(?, 1, 10)' if c == 'time' else '?' for c in _common.COLUMNS)})"  # the day only
 )
 _ADD_CLIENT_WEEK: Final = (
     "INSERT INTO client_weeks (client_id, week, n) VALUES (?, ?, ?) "
@@ -252,8 +252,8 @@ def _wal(conn: sqlite3.Connection) -> None:
         pause = min(pause * 2, 0.05)
 
 
-def _unavailable(exc: sqlite3.Error, path: str) -> _store.Unavailable:
-    return _store.Unavailable(f"the collector database {path} is unavailable: {exc}")
+def _unavailable(exc: sqlite3.Error, path: str) -> _common.Unavailable:
+    return _common.Unavailable(f"the collector database {path} is unavailable: {exc}")
 
 
 class _Job:
@@ -275,30 +275,30 @@ class SQLiteStore(_store.Store):
     :param path: the SQLite file (created ``0600``, with its tables, if ``create`` is true).
     :param create: create the file and tables if missing, and migrate an older schema; otherwise a missing
         file raises :class:`CollectorError` (``stats`` never creates an empty database by mistake).
-    :param limits: what is kept (:class:`~._store.Limits`).
+    :param limits: what is kept (:class:`~._common.Limits`).
     """
 
     kind = "sqlite"
 
     def __init__(
-        self, path: str | os.PathLike[str], *, create: bool = True, limits: _store.Limits | None = None
+        self, path: str | os.PathLike[str], *, create: bool = True, limits: _common.Limits | None = None
     ) -> None:
         self.path = os.fspath(path)
         self.display = self.path
-        self.limits = limits or _store.Limits()
+        self.limits = limits or _common.Limits()
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             st = None
         except OSError as exc:
             msg = f"cannot open the collector database {self.path}: {exc.strerror or exc}"
-            raise _store.CollectorError(msg) from exc
+            raise _common.CollectorError(msg) from exc
         if st is not None and not stat.S_ISREG(st.st_mode):
             msg = f"cannot open the collector database {self.path}: not a regular file"
-            raise _store.CollectorError(msg)
+            raise _common.CollectorError(msg)
         if st is None and not create:
             msg = f"no collector database at {self.path}"
-            raise _store.CollectorError(msg)
+            raise _common.CollectorError(msg)
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._writer: sqlite3.Connection | None = None
@@ -313,7 +313,7 @@ class SQLiteStore(_store.Store):
             conn = connect(self.path)
         except (OSError, sqlite3.Error) as exc:
             msg = f"cannot open the collector database {self.path}: {getattr(exc, 'strerror', None) or exc}"
-            raise _store.CollectorError(msg) from exc
+            raise _common.CollectorError(msg) from exc
         with _store.closed_on_failure(conn):
             try:
                 version = int(conn.execute("PRAGMA user_version").fetchone()[0])
@@ -323,10 +323,10 @@ class SQLiteStore(_store.Store):
                     self._migrate(conn)
                 elif version == 0 and not self._has_events(conn):
                     msg = f"{self.path} is not a collector database"
-                    raise _store.CollectorError(msg)
+                    raise _common.CollectorError(msg)
             except sqlite3.Error as exc:
                 msg = f"cannot open the collector database {self.path}: {exc}"
-                raise _store.CollectorError(msg) from exc
+                raise _common.CollectorError(msg) from exc
         self._put(conn)
 
     @staticmethod
@@ -346,7 +346,7 @@ class SQLiteStore(_store.Store):
                 for statement in MIGRATIONS[target]:
                     conn.execute(statement)
             conn.execute(
-                "UPDATE release_state SET first_week = ? WHERE first_week = ''", (_store.this_week(time.time()),)
+                "UPDATE release_state SET first_week = ? WHERE first_week = ''", (_weeks.this_week(time.time()),)
             )
             conn.execute("UPDATE forget_key SET key = ? WHERE key = ''", (secrets.token_hex(32),))
             conn.execute(f"PRAGMA user_version = {_store.SCHEMA_VERSION}")
@@ -381,7 +381,7 @@ class SQLiteStore(_store.Store):
     def _forked(self) -> None:
         if self._closed:  # e.g. a roll-up thread still running when the application shut down
             msg = f"the collector database {self.path} is closed"
-            raise _store.StoreClosed(msg)
+            raise _common.StoreClosed(msg)
         if self._pid != os.getpid():  # forked: the parent's connections are not ours to use
             self._pool, self._writer, self._pid = [], None, os.getpid()
 
@@ -452,8 +452,8 @@ class SQLiteStore(_store.Store):
         assert job.result is not None
         return job.result
 
-    def _busy(self) -> _store.Unavailable:
-        return _store.Unavailable(f"the collector database {self.path} is unavailable: its writer stayed busy")
+    def _busy(self) -> _common.Unavailable:
+        return _common.Unavailable(f"the collector database {self.path} is unavailable: its writer stayed busy")
 
     def _commit_pending(self) -> None:
         """Under the write lock: commit every batch waiting for it, in one transaction (a group commit)."""
@@ -541,7 +541,7 @@ class SQLiteStore(_store.Store):
         mine = _store.refused_here(forgotten=gone, late=late, over_cap=limited)
         counted = _store.merge_counts(refused, mine)
         if counted:
-            week = _store.this_week(time.time() if job.now is None else job.now)
+            week = _weeks.this_week(time.time() if job.now is None else job.now)
             conn.executemany(_ADD_REFUSAL, sorted((week, reason, n) for reason, n in counted.items()))
         return _store.Inserted(len(kept), kept if job.want_new else [], mine)
 
@@ -610,7 +610,7 @@ class SQLiteStore(_store.Store):
             yield held
         finally:
             if held:
-                with contextlib.suppress(_store.CollectorError, sqlite3.Error):
+                with contextlib.suppress(_common.CollectorError, sqlite3.Error):
                     self._write(lambda w: w.execute("UPDATE rollup_state SET lease_until = 0"))
 
     def rollup_lock(self) -> contextlib.AbstractContextManager[bool]:
@@ -631,8 +631,8 @@ class SQLiteStore(_store.Store):
         except sqlite3.Error as exc:
             msg = f"cannot read the collector database {self.path}: {exc}"
             if operational(exc):
-                raise _store.Unavailable(msg) from exc
-            raise _store.CollectorError(msg) from exc
+                raise _common.Unavailable(msg) from exc
+            raise _common.CollectorError(msg) from exc
 
     def reading(self, *, quick: bool = False) -> contextlib.AbstractContextManager[_store.Reader]:
         return self._reading()

@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from ._common import DEFAULT_APP
 from ._open import open_store
 from ._store import BREAKDOWN_SQL, EVENT_BREAKDOWN, Reader, Store
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import os
-    from typing import Final
-
-DEFAULT_APP: Final = "Django"
-"""The application whose weeks are reported unless another is asked for (DEP 8 is about Django)."""
 
 
 @dataclasses.dataclass(frozen=True)

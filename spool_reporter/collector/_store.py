@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import datetime
 import functools
 import hashlib
 import hmac
@@ -58,8 +57,9 @@ import os
 import weakref
 from collections.abc import Sequence
 
-from spool_reporter import SpoolReporterError
-from spool_reporter._event import FIELDS, MAX_AGE_SECONDS, MAX_FUTURE_SECONDS, MEMO_SIZE
+from spool_reporter._event import MAX_FUTURE_SECONDS
+
+from ._common import FORGOTTEN, LATE, OVER_CAP, CollectorError, Limits, Release, Row
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -86,28 +86,11 @@ if TYPE_CHECKING:
 else:
     from typing import NamedTuple
 
-COLUMNS: Final = (*(f for f in FIELDS if f not in ("schema", "user_agent")), "week")
-"""The stored columns: :data:`~spool_reporter._event.FIELDS` minus ``schema`` and ``user_agent``, plus ``week``."""
-
 SCHEMA_VERSION: Final = 5
 """The layout this code writes: 1 had ``events`` only; 2 added ``client_weeks`` and ``refusals``; 3 added the
 roll-ups (``rollup_weeks``, ``rollup_cells``, ``rollup_state``) and the indexes on ``events``; 4 added
 ``releases`` and ``release_state`` and keeps only the day of an event's ``time``; 5 added ``forgotten`` and
 ``forget_key`` (and, on PostgreSQL, indexes ``events`` by week and client id)."""
-
-OVER_CAP: Final = "over_cap"
-"""The refusal reason of an event beyond :attr:`Limits.per_client_week`."""
-
-LATE: Final = "too_old"
-"""The refusal reason of an event of a week already closed (:data:`spool_reporter._event.REASONS`' own word for
-an event outside the time window: a collector process with a longer ``--max-age-days`` than the one that
-closed the week would otherwise add to numbers that are final)."""
-
-FORGET: Final = "forget"
-"""The refusal reason of a ``POST /v1/forget`` refused (not a client id, not the request's shape)."""
-
-FORGOTTEN: Final = "forgotten"
-"""The refusal reason of an event whose client id was forgotten (:meth:`Store.forget`)."""
 
 REQUEST_WAIT_S: Final = 4.0
 """The longest a request waits on the database before it is answered ``503`` with ``Retry-After``
@@ -134,66 +117,11 @@ BREAKDOWN_SQL: Final = {
 EVENT_BREAKDOWN: Final = ("by_event", "event")
 """The one breakdown that counts events, not developers: its name and expression."""
 
-POSTGRES_SCHEMES: Final = ("postgresql://", "postgres://")
-"""A ``--db`` value that starts with one of these is a PostgreSQL connection URL; anything else a SQLite path."""
-
-
-class CollectorError(SpoolReporterError):
-    """The collector cannot do what was asked (a missing database, an unusable configuration)."""
-
-
-class Unavailable(CollectorError):
-    """The database is busy or unreachable for now: answered ``503`` with ``Retry-After``."""
-
-
-class StoreClosed(CollectorError):
-    """The store was closed (:meth:`Store.close`) and opens no connection any more: a roll-up thread still running
-    when the application shut down gets this, and has nothing to report."""
-
-
-class Row(NamedTuple):
-    """One event as stored: the fields of :data:`COLUMNS`, in that order (a plain tuple of them converts with
-    ``Row._make``)."""
-
-    event_id: str
-    event: str
-    app: str
-    app_version: str
-    python: str
-    python_version: str
-    os: str
-    os_release: str
-    arch: str
-    client_id: str
-    time: str
-    """The day only (``"2026-12-03"``) once stored; a batch's row may still carry the whole time."""
-    week: str
-    """The ISO week of :attr:`time` (``"2026-W49"``)."""
-
-
-assert Row._fields == COLUMNS, "Row and COLUMNS must name the same fields in one order"
-
 RollupTotals = Sequence[tuple[str, int, int, int]]
 """A closed week's totals per application: (app, developers, events, new developers)."""
 
 RollupCells = Sequence[tuple[str, str, str, int]]
 """A closed week's breakdowns: (app, breakdown, value, developers)."""
-
-
-class Release(NamedTuple):
-    """One public release (:mod:`._release`): made once, stored, served as it is, never changed."""
-
-    app: str
-    period: str
-    """``"2026-W49"`` (a week), ``"2026-12"`` (a month), ``"2026-Q4"`` (a quarter) or ``"2026"`` (a year)."""
-    kind: str
-    """``"provisional"`` (a week that ended but is still open) or ``"final"``."""
-    made: str
-    """When it was made (UTC, ``"2027-01-04T01:00:00Z"``)."""
-    epsilon: float
-    """The privacy budget this release spent on each developer in it."""
-    body: str
-    """The released numbers as JSON (:func:`._release.make`): noisy counts, never a true one."""
 
 
 class Inserted(NamedTuple):
@@ -214,30 +142,6 @@ class Inserted(NamedTuple):
         return sum(self.refused.values())
 
 
-DEFAULT_MAX_AGE_DAYS: Final = MAX_AGE_SECONDS // 86400
-"""The oldest event a collector accepts by default, in days (``--max-age-days``): the client's own time window."""
-
-
-class Limits(NamedTuple):
-    """Per-store limits on what is kept."""
-
-    per_client_week: int = 1000
-    """Events stored per client id per ISO week; beyond that they are refused and counted as ``over_cap``.
-    A developer who runs ``runserver`` a hundred times a day stays far below; ``0`` turns the cap off."""
-
-
-class Retention(NamedTuple):
-    """How long raw events are kept, and how often the collector rolls closed weeks up (:mod:`._rollup`)."""
-
-    retain_days: float = 430
-    """Raw events older than this are deleted once their week is rolled up. A year's public release needs its
-    first events until the week of its 31 December closes: 366 + the maximum event age (30) + 6 days in the
-    worst case (402), and 430 leaves four weeks of slack for a roll-up that did not run (:mod:`._release`).
-    The roll-ups and the releases, which hold no client id, are kept."""
-    rollup_every: float = 3600
-    """Seconds between two roll-ups started by ingest in one process (``0``: only ``collector rollup``)."""
-
-
 class RollupState(NamedTuple):
     """The roll-up's progress (``""`` for "no week yet": it sorts before every ISO week)."""
 
@@ -245,62 +149,6 @@ class RollupState(NamedTuple):
     """The newest closed week: no event of a week up to it is stored any more."""
     rolled_through: str
     """The newest week whose numbers are in the roll-up tables (never after :attr:`closed_through`)."""
-
-
-def iso_week(time_text: str) -> str | None:
-    """``"2026-12-03T08:15:48Z"`` -> ``"2026-W49"``; ``None`` unless it is a real UTC time in that exact form."""
-    from spool_reporter._event import parse_time
-
-    if parse_time(time_text) is None:
-        return None
-    return week_of_valid(time_text)
-
-
-def week_of_valid(time_text: str) -> str:
-    """:func:`iso_week` of a time already validated (:func:`spool_reporter._event.check` did): no re-parse."""
-    return _week_of_day(time_text[:10])
-
-
-@functools.lru_cache(maxsize=MEMO_SIZE)
-def _week_of_day(day: str) -> str:
-    """``"2026-12-03"`` -> ``"2026-W49"``, remembered for the days seen (the time window keeps them few)."""
-    year, num, _ = datetime.date(int(day[0:4]), int(day[5:7]), int(day[8:10])).isocalendar()
-    return f"{year:04d}-W{num:02d}"
-
-
-def this_week(now: float) -> str:
-    """The ISO week of the epoch time ``now`` (UTC)."""
-    year, num, _ = datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isocalendar()
-    return f"{year:04d}-W{num:02d}"
-
-
-def week_before(week: str) -> str:
-    """The ISO week before ``week`` (``"2027-W01"`` -> ``"2026-W53"``)."""
-    year, num = week.split("-W")
-    monday = datetime.date.fromisocalendar(int(year), int(num), 1) - datetime.timedelta(days=7)
-    y, n, _ = monday.isocalendar()
-    return f"{y:04d}-W{n:02d}"
-
-
-def is_postgres(db: str | os.PathLike[str]) -> bool:
-    """Whether ``db`` names a PostgreSQL database (a ``postgresql://`` URL) rather than a SQLite file."""
-    return isinstance(db, str) and db.startswith(POSTGRES_SCHEMES)
-
-
-def redact(url: str) -> str:
-    """``url`` without its password, for messages (``postgresql://user:***@host/db``)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    netloc, slash, path = rest.partition("/")
-    creds, at, host = netloc.rpartition("@")
-    if at and ":" in creds:
-        creds = creds.split(":", 1)[0] + ":***"
-    # A password can also travel in the query string (?password=...).
-    query_start = path.find("?")
-    if query_start >= 0 and "password" in path[query_start:].lower():
-        path = path[:query_start] + "?***"
-    return f"{scheme}://{creds}{at}{host}{slash}{path}"
 
 
 class Reader:

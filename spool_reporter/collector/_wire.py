@@ -44,7 +44,8 @@ from spool_reporter._event import (
 )
 from spool_reporter.transports import ga4 as _ga4
 
-from ._store import COLUMNS, Row, week_of_valid
+from ._common import COLUMNS, Row
+from ._weeks import week_of_valid
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -48,20 +48,10 @@ import logging
 import threading
 import time
 
-from . import _public, _release, _rollup
+from . import _common, _public, _rollup
+from ._common import FORGET, CollectorError, Retention, Row, StoreClosed, Unavailable
 from ._served import Served
-from ._store import (
-    FORGET,
-    CollectorError,
-    Inserted,
-    Retention,
-    Row,
-    Store,
-    StoreClosed,
-    Unavailable,
-    forget_until,
-    merge_counts,
-)
+from ._store import Inserted, Store, forget_until, merge_counts
 from ._wire import (
     FORGET_MAX_BODY_BYTES,
     GA4_MAX_BODY_BYTES,
@@ -253,7 +243,7 @@ class Collector:
         *,
         forward: Forwarder | None = None,
         policy: Policy | None = None,
-        publishing: _release.Publishing | None = None,
+        publishing: _common.Publishing | None = None,
         retention: Retention | None = None,
         public_check: float = _public.CHECK_SECONDS,
     ) -> None:
@@ -261,10 +251,10 @@ class Collector:
         self.forward = forward
         self.policy = policy or Policy()
         self.counters = Counters()
-        self.publishing = publishing or _release.Publishing()
+        self.publishing = publishing or _common.Publishing()
         """What is released (ε, the application) and how it is shown (the display threshold, the licence)."""
-        _public.check_min_count(self.publishing.min_count)
-        _release.check_epsilon(self.publishing.epsilon)
+        _common.check_min_count(self.publishing.min_count)
+        _common.check_epsilon(self.publishing.epsilon)
         self.public = Served(store, self.publishing, check_every=public_check)
         """The public answers, rebuilt only when a release is added (checked every ``public_check`` seconds)."""
         self.retention = _rollup.check_retention(retention or Retention(), self.policy.max_age)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from spool_reporter import App
-from spool_reporter._settings import redact_url
+from spool_reporter._redact import redact_url
 
 from support.commands import cli, spool_command
 from support.sandbox import Sandbox

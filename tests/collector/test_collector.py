@@ -35,7 +35,7 @@ from spool_reporter.collector import (
     serve,
     stats,
 )
-from spool_reporter.collector._store import iso_week
+from spool_reporter.collector._weeks import iso_week
 from spool_reporter.collector._wire import BadRequest, parse_batch, parse_ga4
 
 from support.collector_server import HTTP, FakeGA4, call_wsgi, post

@@ -17,9 +17,10 @@ import pytest
 
 from spool_reporter import App
 from spool_reporter._cli_common import DOCS_URL, EXIT_STATUS, docs_page
-from spool_reporter.collector import open_store
+from spool_reporter.collector import Limits, Retention, open_store
+from spool_reporter.collector._common import DEFAULT_APP, DEFAULT_MAX_AGE_DAYS, EPSILON, LICENCE, MIN_COUNT
 from spool_reporter.collector._config import DB_VARIABLE
-from spool_reporter.collector._store import this_week
+from spool_reporter.collector._weeks import this_week
 
 from support.commands import spool_command
 from support.events import DAY, row
@@ -44,6 +45,61 @@ def collector(sandbox: Sandbox, prog: str, *args: str, **options: object) -> sub
         command = [sys.executable, "-m", prog.removeprefix("python -m ")]
     options = options or {"capture_output": True}
     return subprocess.run([*command, *args], env=sandbox.env, text=True, timeout=60, check=False, **options)
+
+
+DEFAULTS: dict[str, str] = {
+    "--max-age-days": f"{DEFAULT_MAX_AGE_DAYS:g}",
+    "--retain-days": f"{Retention().retain_days:g}",
+    "--rollup-every": f"{Retention().rollup_every:g}",
+    "--max-per-client-week": f"{Limits().per_client_week}; 0: no cap",
+    "--min-count": str(MIN_COUNT),
+    "--epsilon": f"{EPSILON:g}",
+    "--data-license": LICENCE,
+    "--app": DEFAULT_APP,
+}
+"""Each option's default as ``--help`` must state it, from the constant the collector uses."""
+
+SHOWN: dict[str, set[str]] = {
+    "serve": {
+        "--max-age-days",
+        "--retain-days",
+        "--rollup-every",
+        "--max-per-client-week",
+        "--min-count",
+        "--epsilon",
+        "--data-license",
+    },
+    "stats": {"--min-count", "--epsilon", "--data-license", "--app"},
+    "rollup": {"--max-age-days", "--retain-days", "--epsilon"},
+}
+
+
+def _option_defaults(help_text: str) -> dict[str, str]:
+    """``--flag`` -> the text of its ``(default: ...)``, from an argparse help (entries joined across wrapping)."""
+    entries: list[str] = []
+    for line in help_text.splitlines():
+        if re.match(r"  -", line):
+            entries.append(line)
+        elif entries and line.startswith("   "):
+            entries[-1] += " " + line.strip()
+        else:
+            entries.append("")
+    found = {}
+    for entry in entries:
+        flag, default = re.search(r"--[\w-]+", entry), re.search(r"\(default: ([^()]*)\)\s*$", entry)
+        if flag and default:
+            found[flag.group(0)] = " ".join(default.group(1).split())
+    return found
+
+
+@pytest.mark.parametrize("command", sorted(SHOWN))
+def test_help_states_the_defaults_the_collector_uses(sandbox: Sandbox, command: str) -> None:
+    """The defaults in ``--help`` are the collector's constants, not copies: a change to ``_common.EPSILON``
+    changes the help with the behaviour."""
+    done = collector(sandbox, "python -m spool_reporter.collector", command, "--help")
+    assert (done.returncode, done.stderr) == (0, "")
+    shown = _option_defaults(done.stdout)
+    assert {flag: shown.get(flag) for flag in SHOWN[command]} == {flag: DEFAULTS[flag] for flag in SHOWN[command]}
 
 
 @pytest.mark.parametrize("command", [(), *((c,) for c in COMMANDS)], ids=lambda c: " ".join(c) or "top")

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 from spool_reporter.collector import FORGET_PATH, Collector, Policy, Retention, make_app, serve, stats
+from spool_reporter.collector._common import FORGET
 from spool_reporter.collector._rollup import rollup
-from spool_reporter.collector._store import FORGET, week_of_valid
+from spool_reporter.collector._weeks import week_of_valid
 from spool_reporter.collector._wire import FORGET_MAX_BODY_BYTES
 
 from support.collector_server import call_wsgi, post

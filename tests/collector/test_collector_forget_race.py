@@ -23,8 +23,9 @@ from collections.abc import Iterator
 import pytest
 
 from spool_reporter.collector import FORGET_PATH, Collector, Retention, make_app
+from spool_reporter.collector._common import FORGOTTEN
 from spool_reporter.collector._sqlite import SQLiteStore
-from spool_reporter.collector._store import FORGET_CHUNK, FORGOTTEN
+from spool_reporter.collector._store import FORGET_CHUNK
 
 from support.collector_server import call_wsgi
 from support.events import POLICY, batch, det_uuid4, event

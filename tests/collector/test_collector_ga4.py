@@ -22,7 +22,8 @@ from spool_reporter._event import REASONS, validate
 from spool_reporter._hook import is_uuid4
 from spool_reporter._settings import Destination
 from spool_reporter.collector import GA4_PATH, CollectorServer, GA4Forwarder, Policy, make_app, serve
-from spool_reporter.collector._store import COLUMNS, iso_week
+from spool_reporter.collector._common import COLUMNS
+from spool_reporter.collector._weeks import iso_week
 from spool_reporter.collector._wire import (
     GA4_MAX_BODY_BYTES,
     GA4_MAX_EVENTS,

@@ -19,8 +19,10 @@ from hypothesis import strategies as st
 
 from spool_reporter._hook import iso_time
 from spool_reporter.collector import CollectorError, Retention, open_store, stats
+from spool_reporter.collector._common import LATE, Row
 from spool_reporter.collector._rollup import check_retention, closing_week, rollup
-from spool_reporter.collector._store import LATE, SCHEMA_VERSION, Row, Store, this_week, week_before, week_of_valid
+from spool_reporter.collector._store import SCHEMA_VERSION, Store
+from spool_reporter.collector._weeks import this_week, week_before, week_of_valid
 
 from support import pg
 from support.events import DAY, ROLLUP_MAX_AGE, ROLLUP_NOW, row

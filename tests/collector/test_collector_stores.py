@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from spool_reporter._redact import redact_url
 from spool_reporter.collector import CollectorError, Limits, Policy, StoreClosed, make_app, open_store, stats
-from spool_reporter.collector._store import COLUMNS, OVER_CAP, SCHEMA_VERSION, Row, Store, redact
+from spool_reporter.collector._common import COLUMNS, OVER_CAP, Row
+from spool_reporter.collector._store import SCHEMA_VERSION, Store
 
 from support.collector_server import call_wsgi
 from support.events import CLOCK, POLICY, batch, event, rows_of, store_sample_events
@@ -363,13 +365,17 @@ def test_the_public_routes_run_on_both(db_url: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
-        ("postgresql://spool:hunter2@db.example/spool", "postgresql://spool:***@db.example/spool"),
-        ("postgresql://db.example/spool?password=hunter2", "postgresql://db.example/spool?***"),
-        ("postgresql://spool@db.example/spool", "postgresql://spool@db.example/spool"),
+        ("postgresql://spool:hunter2@db.example/spool", "postgresql://REDACTED@db.example/spool"),
+        ("postgresql://db.example/spool?password=hunter2", "postgresql://db.example/spool?password=REDACTED"),
+        (
+            "postgresql://db.example/spool?sslmode=require&password=x",
+            "postgresql://db.example/spool?sslmode=require&password=REDACTED",
+        ),
+        ("postgresql://spool@db.example/spool", "postgresql://REDACTED@db.example/spool"),
     ],
 )
 def test_messages_never_show_a_password(url: str, shown: str) -> None:
-    assert redact(url) == shown
+    assert redact_url(url) == shown
 
 
 def test_an_unreachable_postgres_is_one_line(tmp_path: Path) -> None:
@@ -381,7 +387,7 @@ def test_an_unreachable_postgres_is_one_line(tmp_path: Path) -> None:
     text = str(info.value)
     assert "hunter2" not in text
     assert "\n" not in text
-    assert text.startswith("cannot connect to the collector database postgresql://spool:***@/spool")
+    assert text.startswith("cannot connect to the collector database postgresql://REDACTED@/spool")
 
 
 # -- SQLite only: durability and file modes -------------------------------------------------------------------

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from spool_reporter._event import OS_FAMILIES, OTHER
 from spool_reporter._hook import iso_time
 from spool_reporter.collector import Retention, _release, open_store
+from spool_reporter.collector._common import EPSILON, MAX_EPSILON, Publishing, Release, check_epsilon, parse_epsilon
 from spool_reporter.collector._public import (
     CSV_COLUMNS,
     FAMILY_ALPHA,
@@ -38,26 +39,21 @@ from spool_reporter.collector._public import (
 from spool_reporter.collector._release import (
     ALPHA,
     BREAKDOWNS,
-    EPSILON,
     FINAL,
-    MAX_EPSILON,
     PROVISIONAL,
     PROVISIONAL_SHARE,
     WEEK_SENSITIVITY,
     Noisy,
     Period,
     Plan,
-    Publishing,
-    check_epsilon,
     due,
-    first_week_of,
-    parse_epsilon,
     periods,
     vocabulary,
     week_counts,
 )
 from spool_reporter.collector._rollup import closing_week
-from spool_reporter.collector._store import Release, Store
+from spool_reporter.collector._store import Store
+from spool_reporter.collector._weeks import first_week_of
 
 from support.events import DAY, at, event_row, monday, week_after
 from support.releases import flat

@@ -28,9 +28,9 @@ import pytest
 from PIL import Image
 
 from spool_reporter.collector import Publishing, Stats, Week, render_html
+from spool_reporter.collector._common import Row
 from spool_reporter.collector._public import document
 from spool_reporter.collector._report import render_public
-from spool_reporter.collector._store import Row
 from spool_reporter.collector._svg import LABEL_Y
 
 from support.cdp import Browser, Page, find_chromium

@@ -59,10 +59,10 @@ import urllib3
 
 from spool_reporter._hook import iso_time
 from spool_reporter.collector import Policy, Publishing, Retention, make_app, open_store
+from spool_reporter.collector._common import MAX_EPSILON, Row
 from spool_reporter.collector._public import CHECK_SECONDS, document, releases_json
 from spool_reporter.collector._release import (
     FINAL,
-    MAX_EPSILON,
     PROVISIONAL,
     WEEK_SENSITIVITY,
     Noisy,
@@ -72,7 +72,8 @@ from spool_reporter.collector._release import (
     release,
     week_counts,
 )
-from spool_reporter.collector._store import Row, Store, this_week
+from spool_reporter.collector._store import Store
+from spool_reporter.collector._weeks import this_week
 
 from support.collector_server import Served, read_line, start_server
 from support.events import at, batch, det_uuid4, event, event_row, monday, week_after

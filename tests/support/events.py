@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from spool_reporter._event import DJANGO_COMMANDS, FIELDS, check
 from spool_reporter._hook import iso_time
 from spool_reporter.collector import Policy, open_store
-from spool_reporter.collector._store import Row, week_of_valid
+from spool_reporter.collector._common import Row
+from spool_reporter.collector._weeks import week_of_valid
 from spool_reporter.collector._wire import parse_batch
 
 # -- events as a client sends them ---------------------------------------------------------------------------

@@ -9,9 +9,10 @@ import json
 from pathlib import Path
 
 from spool_reporter.collector import Publishing, open_store
+from spool_reporter.collector._common import Release, Row
 from spool_reporter.collector._release import BREAKDOWNS
 from spool_reporter.collector._rollup import rollup
-from spool_reporter.collector._store import Release, Row, Store
+from spool_reporter.collector._store import Store
 
 from .events import DAY, row
 
