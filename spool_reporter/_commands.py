@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import json
 import os
-import stat
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -39,7 +37,6 @@ __all__ = [
     "cmd_reset_id",
     "cmd_sent",
     "cmd_status",
-    "folder_problem",
 ]
 
 LOCK_TIMEOUT: Final = 10.0
@@ -82,85 +79,6 @@ def _age(seconds: float) -> str:
     return f"{seconds} s"
 
 
-def _denied(path: str) -> str:
-    """The folder that refuses access on the way to ``path``: the first one this user cannot enter, else
-    ``path`` itself (which it cannot read)."""
-    parts = os.path.abspath(path).split(os.sep)
-    for i in range(2, len(parts)):
-        ancestor = os.sep.join(parts[:i]) or os.sep
-        if os.path.isdir(ancestor) and not os.access(ancestor, os.X_OK):
-            return ancestor
-    return path
-
-
-def _blocker(path: str) -> tuple[str, str]:
-    """The first component of ``path`` that the spool code refuses to follow (``"link"``: another user's link,
-    or a link at one of the last two levels, ``spool_reporter/`` and the application's folder) or that is not a
-    folder (``"file"``), read with ``lstat``: a description for the message, never a decision (the spool code
-    decides through descriptors)."""
-    parts = os.path.abspath(path).split(os.sep)
-    for i in range(2, len(parts) + 1):
-        here = os.sep.join(parts[:i])
-        try:
-            st = os.lstat(here)
-        except OSError:
-            break
-        if stat.S_ISLNK(st.st_mode):
-            if i >= len(parts) - 1 or st.st_uid not in (0, os.geteuid() if hasattr(os, "geteuid") else 0):
-                return here, "link"
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            return here, "file"
-    return path, ""
-
-
-def folder_problem(path: str, exc: OSError) -> str:
-    """The real reason the spool folder at ``path`` cannot be used, naming the path once."""
-    cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
-    if isinstance(cause, PermissionError):
-        denied = _denied(path)
-        where = "" if denied == path else f" ({denied} cannot be entered)"
-        return f"cannot read the spool folder {path}: permission denied{where}"
-    if cause.errno in (errno.ELOOP, errno.ENOTDIR):
-        blocker, what = _blocker(path)
-        if what == "link":
-            return f"the spool folder {path} is reached through the symbolic link {blocker}; refusing to follow it"
-        if what == "file":
-            return f"the spool folder {path} cannot be made: {blocker} is not a folder"
-        return f"the spool folder {path} is not a folder (or a file stands in its path)"
-    if str(exc).startswith("not our folder"):
-        return f"the spool folder {path} belongs to another user; refusing to use it"
-    return f"cannot use the spool folder {path}: {cause.strerror or cause}"
-
-
-def _record_problem(path: str) -> str | None:
-    """Why no event can be recorded in the spool folder at ``path``, or ``None``; looked at, never tried (nothing
-    is created). The hook makes the folder and its parents as it records, and says nothing when it cannot (it
-    must never disturb the command it runs in): a read-only home, or a folder this user may not write, would lose
-    every event unseen. The first folder of the path that exists must let this user add entries."""
-    here = path
-    for _ in range(path.count(os.sep) + 1):
-        try:
-            st = os.stat(here)
-            break
-        except FileNotFoundError:
-            here = os.path.dirname(here)
-        except OSError:
-            return None  # unreadable: folder_problem says why
-    else:
-        return None
-    made = "" if here == path else f"cannot be created: {here} "
-    if not stat.S_ISDIR(st.st_mode):
-        return f"events cannot be recorded: the spool folder {path} {made}is not a folder"
-    if os.access(here, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids):
-        return None
-    read_only = False
-    with contextlib.suppress(AttributeError, OSError):
-        read_only = bool(os.ST_RDONLY & os.statvfs(here).f_flag)
-    why = os.strerror(errno.EROFS if read_only else errno.EACCES)
-    return f"events cannot be recorded: the spool folder {path} {made}cannot be written ({why})"
-
-
 def _open_folder(path: str) -> _hook.Folder | None:
     """The spool folder, ``None`` if there is none yet; :class:`CommandError` (the real cause) if unusable."""
     try:
@@ -168,7 +86,7 @@ def _open_folder(path: str) -> _hook.Folder | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise CommandError(folder_problem(path, exc)) from exc
+        raise CommandError(_files.folder_problem(path, exc)) from exc
 
 
 def _check_readable(app: App, env: Mapping[str, str]) -> None:
@@ -179,14 +97,9 @@ def _check_readable(app: App, env: Mapping[str, str]) -> None:
     if folder is None:
         return
     with folder:
-        names = [name for name, _, _ in _spool.segments(folder)] + [_hook.ACTIVE_NAME]
-        for name in names:
-            try:
-                os.close(folder.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)))
-            except PermissionError as exc:
-                raise CommandError(f"cannot read {os.path.join(path, name)}: permission denied") from exc
-            except OSError:
-                continue  # missing, or planted (a symlink, a FIFO): skipped by the reader, as by the flusher
+        name = _spool.unreadable_file(folder)
+    if name is not None:
+        raise CommandError(f"cannot read {os.path.join(path, name)}: permission denied")
 
 
 def _purge(app: App, env: Mapping[str, str]) -> str:
@@ -202,7 +115,7 @@ def _purge(app: App, env: Mapping[str, str]) -> str:
     except _files.LockTimeout as exc:
         raise CommandError(f"the spool is locked by another process (waited {LOCK_TIMEOUT:.0f} s); try again") from exc
     except OSError as exc:
-        raise CommandError(folder_problem(path, exc)) from exc
+        raise CommandError(_files.folder_problem(path, exc)) from exc
     return f"Deleted {counted(deleted, 'queued event')}" + (" and the record of what was sent." if had_record else ".")
 
 
@@ -232,26 +145,12 @@ def _spool_summary(app: App, env: Mapping[str, str]) -> dict[str, Any]:
             dropped_by_reason=None,
             refused_by_destination=None,
             kept_local=None,
-            problem=folder_problem(path, exc),
+            problem=_files.folder_problem(path, exc),
         )
         return summary
     summary["kept_local"] = count_local(app, env)
     with folder:
-        summary["queued"] = _spool.count_queued(folder)
-        counters = _spool.read_counters(folder)
-        summary["dropped_by_reason"] = counters
-        summary["dropped"] = sum(counters.values())
-        summary["refused_by_destination"] = _spool.read_destination_refusals(folder)
-        names = [name for name, _, _ in _spool.segments(folder)] + [_hook.ACTIVE_NAME]
-        for name in names:
-            try:
-                data = _spool.read_bytes(folder, name, _hook.HUGE_ACTIVE_BYTES)
-            except OSError:
-                continue
-            events, _ = _spool.parse_lines(data or b"")
-            if events:
-                summary["oldest"] = events[0]["time"]
-                break
+        summary.update(_spool.summary(folder))
     return summary
 
 
@@ -284,6 +183,37 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     Exit status 1 when the spool folder cannot be read, and when reporting is on but no event can
     be recorded; 0 otherwise.
     """
+    status = _gather_status(ctx)
+    if args.json:
+        _out(json.dumps(status.data, indent=2, sort_keys=True))
+    else:
+        _print_status(status, ctx)
+    if status.problem is not None:
+        print_error(ctx.prog, status.problem)
+    return EXIT_FAILED if status.problem is not None else EXIT_OK
+
+
+@dataclass(frozen=True)
+class _Status:
+    """What ``status`` found, gathered once for its two renderings (text and ``--json``)."""
+
+    data: dict[str, Any]
+    """The ``--json`` document."""
+    decision: _hook.Decision
+    resolved: _settings.Resolved
+    state: _state.FlushState
+    known: bool
+    """Whether the spool folder could be read (an unreadable folder hides the flusher's record too)."""
+    cannot_record: str | None
+    """Why no event can be recorded (:func:`._files.record_problem`), or ``None``."""
+    problem: str | None
+    """The one line for stderr when the exit status is 1: the folder cannot be read, or reporting is on and no
+    event can be recorded."""
+    seen: int
+    seen_mode: str | None
+
+
+def _gather_status(ctx: Context) -> _Status:
     app, env = ctx.app, ctx.env
     user, policy, decision = _inputs(ctx)
     resolved = _settings.resolve(app, env, user=user, policy=policy, read_files=False, sending=False)
@@ -291,8 +221,8 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     spool = _spool_summary(app, env)
     state = _state.read_state(app, environ=env)
     known = "problem" not in spool  # an unreadable folder hides the flusher's record too
-    cannot_record = _record_problem(spool["spool"]) if known else None
-    failed = not known or (decision.enabled and cannot_record is not None)
+    cannot_record = _files.record_problem(spool["spool"]) if known else None
+    problem = spool["problem"] if not known else cannot_record if decision.enabled else None
     seen = _hook.seen_notice_version(None if _hook.is_broken(user) else user)
     seen_mode = _hook.seen_notice_mode(None if _hook.is_broken(user) else user)
     data: dict[str, Any] = {
@@ -316,46 +246,45 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         "consecutive_failures": state.consecutive_failures if known else None,
         "record_problem": cannot_record,
     }
-    if args.json:
-        _out(json.dumps(data, indent=2, sort_keys=True))
-        if failed:
-            print_error(ctx.prog, spool["problem"] if not known else str(cannot_record))
-        return EXIT_FAILED if failed else EXIT_OK
+    return _Status(data, decision, resolved, state, known, cannot_record, problem, seen, seen_mode)
+
+
+def _print_status(status: _Status, ctx: Context) -> None:
+    app, data, decision, state = ctx.app, status.data, status.decision, status.state
     now = time.time()
     _out(f"reporting:     {'on' if decision.enabled else 'off'} - {data['reason_text']} [{decision.reason}]")
-    if cannot_record is not None:
+    if status.cannot_record is not None:
         lost = "every event is lost" if decision.enabled else "even once reporting is on"
-        _out(f"recording:     impossible, {lost}: {cannot_record.partition(': ')[2]}")
+        _out(f"recording:     impossible, {lost}: {status.cannot_record.partition(': ')[2]}")
     _out(f"mode:          {_mode_text(decision)}")
-    local = "; not used in local mode" if decision.local and dest is not None else ""
-    _out(f"destination:   {resolved.reason}{local}")
+    local = "; not used in local mode" if decision.local and status.resolved.destination is not None else ""
+    _out(f"destination:   {status.resolved.reason}{local}")
     wording = _hook.NOTICE_LOCAL if decision.local else _hook.NOTICE_SEND
     due = ""
-    if decision.enabled and (seen < app.notice_version or seen_mode != wording):
+    if decision.enabled and (status.seen < app.notice_version or status.seen_mode != wording):
         due = f" (the {wording} wording is shown with the next recorded event)"
-    said = f"version {seen} seen ({seen_mode} wording)" if seen else "never shown"
+    said = f"version {status.seen} seen ({status.seen_mode} wording)" if status.seen else "never shown"
     _out(f"notice:        {said}, current {app.notice_version}{due}")
     _out(f"config file:   {data['config_file']}")
     _out(f"policy file:   {data['policy_file']}")
-    _out(f"spool:         {spool['spool']}")
-    if not known:
+    _out(f"spool:         {data['spool']}")
+    if not status.known:
         for label in ("queued", "dropped", "refused", "last flush", "next retry"):
             _out(f"{label + ':':<15}unknown (the spool folder cannot be read)")
-        print_error(ctx.prog, spool["problem"])
-        return EXIT_FAILED
+        return
     oldest = ""
-    oldest_epoch = parse_time(spool["oldest"]) if spool["oldest"] else None
+    oldest_epoch = parse_time(data["oldest"]) if data["oldest"] else None
     if oldest_epoch is not None:
-        oldest = f", oldest {_age(now - oldest_epoch)} old ({spool['oldest']})"
-    _out(f"queued:        {counted(spool['queued'], 'event')}{oldest}")
-    if spool["kept_local"]:
+        oldest = f", oldest {_age(now - oldest_epoch)} old ({data['oldest']})"
+    _out(f"queued:        {counted(data['queued'], 'event')}{oldest}")
+    if data["kept_local"]:
         _out(
-            f"kept local:    {counted(spool['kept_local'], 'event')} recorded in local mode, never sent "
+            f"kept local:    {counted(data['kept_local'], 'event')} recorded in local mode, never sent "
             f"unless you run '{ctx.prog} enable'"
         )
-    breakdown = ", ".join(f"{k} {v}" for k, v in sorted(spool["dropped_by_reason"].items()))
-    _out(f"dropped:       {spool['dropped']}" + (f" ({breakdown})" if breakdown else ""))
-    by_destination = spool["refused_by_destination"]
+    breakdown = ", ".join(f"{k} {v}" for k, v in sorted(data["dropped_by_reason"].items()))
+    _out(f"dropped:       {data['dropped']}" + (f" ({breakdown})" if breakdown else ""))
+    by_destination = data["refused_by_destination"]
     if any(by_destination.values()):
         _out(f"refused:       {_spool.refused_text(by_destination, 'event')} by the destination")
     last = "never" if state.last_flush is None else f"{data['last_flush']} ({state.last_result})"
@@ -366,9 +295,6 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         _out(f"next retry:    not before {data['next_retry']} (in {_age(state.next_retry - now)})")
     else:
         _out("next retry:    any time")
-    if failed:
-        print_error(ctx.prog, str(cannot_record))
-    return EXIT_FAILED if failed else EXIT_OK
 
 
 def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
@@ -425,7 +351,7 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
                 f"(waited {LOCK_TIMEOUT:.0f} s); run '{ctx.prog} enable' again to send them"
             ) from exc
         except OSError as exc:
-            raise CommandError(folder_problem(_hook.local_dir(app, env), exc)) from exc
+            raise CommandError(_files.folder_problem(_hook.local_dir(app, env), exc)) from exc
         if moved.events:
             dest = _settings.resolve(app, env, user=user, policy=policy, read_files=False, sending=False).destination
             where = f" to {dest.redacted_url()}" if dest is not None else ""
@@ -520,7 +446,7 @@ def cmd_sent(args: argparse.Namespace, ctx: Context) -> int:
     """Show the requests the flusher actually sent, oldest first: when, where (secrets
     redacted), the answer (HTTP status and body, or the error when none came: the bytes may
     have left all the same), how many events, and the exact body, printed as flush --dry-run
-    prints it. With --json, one object {{"requests": [...], "damaged": n}} with each body as
+    prints it. With --json, one object {"requests": [...], "damaged": n} with each body as
     the exact string that was sent (body_base64 if it was not ASCII).
 
     The record is sent.jsonl in the spool folder (0600), rotated to sent.jsonl.1 at 256 KiB:
@@ -535,9 +461,9 @@ def cmd_sent(args: argparse.Namespace, ctx: Context) -> int:
     except PermissionError as exc:
         if exc.filename in (_spool.SENT_NAME, _spool.SENT_OLD_NAME):
             raise CommandError(f"cannot read {os.path.join(path, exc.filename)}: permission denied") from exc
-        raise CommandError(folder_problem(path, exc)) from exc
+        raise CommandError(_files.folder_problem(path, exc)) from exc
     except OSError as exc:
-        raise CommandError(folder_problem(path, exc)) from exc
+        raise CommandError(_files.folder_problem(path, exc)) from exc
     if args.json:
         _out(json.dumps({"requests": list(record.requests), "damaged": record.damaged}, indent=2))
         return EXIT_OK
@@ -674,7 +600,7 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
     from . import _flush  # the sender and urllib3: only when sending
 
     result = _flush.run(app, foreground=True, environ=env, ignore_backoff=True, progress=progress)
-    if result.outcome == "failed" and result.message.startswith(_flush.UNUSABLE_FOLDER):
+    if result.outcome == "unusable-folder":
         raise CommandError(result.message)  # nothing was read, so there are no counts to show
     remaining = result.remaining
     if result.outcome in ("disabled", "invalid-endpoint"):
@@ -690,12 +616,10 @@ def cmd_flush(args: argparse.Namespace, ctx: Context) -> int:
         result.outcome in ("disabled", "invalid-endpoint") and not remaining
     )
     if result.outcome == "delivered":
-        message = f"Sent {counted(result.sent, 'event')}" + (f", rejected {result.rejected}" if result.rejected else "")
         dest = _settings.resolve(app, env).destination
-        message += f" to {dest.redacted_url()}" if dest is not None else ""
-        if result.refused:
-            message += f"; the destination refused {_spool.refused_text(result.refused, 'event')}"
-        message += "."
+        url = dest.redacted_url() if dest is not None else None
+        sentence = _flush.sent_text(result.sent, url, rejected=result.rejected, refused=result.refused)
+        message = sentence[:1].upper() + sentence[1:] + "."
     elif result.outcome == "disabled":
         user, policy, decision = _inputs(ctx)
         message = f"Reporting is off: {_consent.explain(decision.reason, environ=env, user=user, policy=policy)}"

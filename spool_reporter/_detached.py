@@ -98,9 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             env_prefix=args.env_prefix,
         )
     try:
-        result = _flush.guarded_run(
-            app, foreground=False, env=os.environ, ignore_backoff=False, progress=None, deadline=deadline
-        )
+        result = _flush.run(app, foreground=False, environ=os.environ, deadline=deadline)
     except Exception:
         return 1
     return 0 if result.outcome in ("delivered", "nothing", "disabled", "local", "invalid-endpoint", "busy") else 2

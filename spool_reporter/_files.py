@@ -16,7 +16,9 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import time
 from collections.abc import Iterator
 
@@ -49,9 +51,12 @@ __all__ = [
     "TMP_PREFIX",
     "FolderLock",
     "LockTimeout",
+    "NotOurFolder",
     "ReadOnlyFolder",
+    "folder_problem",
     "make_dirs",
     "read_open",
+    "record_problem",
     "open_dirs",
     "reopen",
     "replace_file",
@@ -74,7 +79,6 @@ process is deleted by the next claim."""
 def _trusted_link(name: str, fd: int) -> str | None:
     """The target of symlink ``name`` in folder ``fd`` if root or we own the link (checked twice, around the
     read, so a link swapped in meanwhile is not followed); else ``None``."""
-    import stat
 
     before = os.stat(name, dir_fd=fd, follow_symlinks=False)
     if not stat.S_ISLNK(before.st_mode) or before.st_uid not in (0, UID):
@@ -102,7 +106,6 @@ def open_dirs(path: str, *, create: bool, own: int = 0, tighten: bool = True) ->
     Raises :class:`FileNotFoundError` for a missing level (``create`` false), :class:`SpoolError` for a level
     that is not a folder or not ours, or a symlink that may not be followed.
     """
-    import stat
 
     names = path.split("/")[::-1]  # a stack: the next level is names.pop()
     if names.pop() != "":
@@ -143,7 +146,7 @@ def open_dirs(path: str, *, create: bool, own: int = 0, tighten: bool = True) ->
             if mine or created:
                 st = os.fstat(fd)
                 if UID is not None and st.st_uid != UID:
-                    raise SpoolError(f"not our folder: {path}")
+                    raise NotOurFolder(f"not our folder: {path}")
                 if tighten and (st.st_mode & 0o077 or (created and stat.S_IMODE(st.st_mode) != DIR_MODE)):
                     os.fchmod(fd, DIR_MODE)  # mkdir's mode is filtered by the umask; this one is not
         return fd
@@ -210,7 +213,6 @@ def planted(folder: Folder, name: str) -> bool:
 def set_aside(folder: Folder, name: str) -> None:
     """Get whatever sits at ``name`` out of the way: a folder is renamed to :data:`INTRUDER_PREFIX`..., anything
     else is unlinked (a symlink's target, a hard link's other names and a FIFO's writers are never touched)."""
-    import stat
 
     try:
         st = folder.lstat(name)
@@ -266,7 +268,6 @@ def write_new(folder: Folder, name: str, data: bytes) -> str:
 def replace_file(folder: Folder, name: str, data: bytes) -> None:
     """Atomically replace ``name`` with ``data`` (temporary file + rename). The rename replaces a symlink, FIFO
     or foreign file planted at ``name`` without following it; a planted folder is set aside first."""
-    import stat
 
     tmp = write_new(folder, name, data)
     try:
@@ -400,3 +401,92 @@ class ReadOnlyFolder:
             return b""
         finally:
             os.close(fd)
+
+
+# -- why a folder cannot be used, in words ----------------------------------------------------------------------
+#
+# The walk above decides through descriptors; these only describe, for the command line's messages, what stood in
+# the way, looked at with ``lstat``/``access`` and never acted upon.
+
+
+class NotOurFolder(SpoolError):
+    """A level of the spool folder that must be this user's (:data:`~._hook.OWN_LEVELS`) belongs to another."""
+
+
+def _denied(path: str) -> str:
+    """The folder that refuses access on the way to ``path``: the first one this user cannot enter, else
+    ``path`` itself (which it cannot read)."""
+    parts = os.path.abspath(path).split(os.sep)
+    for i in range(2, len(parts)):
+        ancestor = os.sep.join(parts[:i]) or os.sep
+        if os.path.isdir(ancestor) and not os.access(ancestor, os.X_OK):
+            return ancestor
+    return path
+
+
+def _blocker(path: str) -> tuple[str, str]:
+    """The first component of ``path`` that the spool code refuses to follow (``"link"``: another user's link,
+    or a link at one of the last two levels, ``spool_reporter/`` and the application's folder) or that is not a
+    folder (``"file"``), read with ``lstat``: a description for the message, never a decision (the spool code
+    decides through descriptors)."""
+    parts = os.path.abspath(path).split(os.sep)
+    for i in range(2, len(parts) + 1):
+        here = os.sep.join(parts[:i])
+        try:
+            st = os.lstat(here)
+        except OSError:
+            break
+        if stat.S_ISLNK(st.st_mode):
+            if i >= len(parts) - 1 or st.st_uid not in (0, os.geteuid() if hasattr(os, "geteuid") else 0):
+                return here, "link"
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            return here, "file"
+    return path, ""
+
+
+def folder_problem(path: str, exc: OSError) -> str:
+    """The real reason the spool folder at ``path`` cannot be used, naming the path once."""
+    cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+    if isinstance(cause, PermissionError):
+        denied = _denied(path)
+        where = "" if denied == path else f" ({denied} cannot be entered)"
+        return f"cannot read the spool folder {path}: permission denied{where}"
+    if cause.errno in (errno.ELOOP, errno.ENOTDIR):
+        blocker, what = _blocker(path)
+        if what == "link":
+            return f"the spool folder {path} is reached through the symbolic link {blocker}; refusing to follow it"
+        if what == "file":
+            return f"the spool folder {path} cannot be made: {blocker} is not a folder"
+        return f"the spool folder {path} is not a folder (or a file stands in its path)"
+    if isinstance(exc, NotOurFolder):
+        return f"the spool folder {path} belongs to another user; refusing to use it"
+    return f"cannot use the spool folder {path}: {cause.strerror or cause}"
+
+
+def record_problem(path: str) -> str | None:
+    """Why no event can be recorded in the spool folder at ``path``, or ``None``; looked at, never tried (nothing
+    is created). The hook makes the folder and its parents as it records, and says nothing when it cannot (it
+    must never disturb the command it runs in): a read-only home, or a folder this user may not write, would lose
+    every event unseen. The first folder of the path that exists must let this user add entries."""
+    here = path
+    for _ in range(path.count(os.sep) + 1):
+        try:
+            st = os.stat(here)
+            break
+        except FileNotFoundError:
+            here = os.path.dirname(here)
+        except OSError:
+            return None  # unreadable: folder_problem says why
+    else:
+        return None
+    made = "" if here == path else f"cannot be created: {here} "
+    if not stat.S_ISDIR(st.st_mode):
+        return f"events cannot be recorded: the spool folder {path} {made}is not a folder"
+    if os.access(here, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids):
+        return None
+    read_only = False
+    with contextlib.suppress(AttributeError, OSError):
+        read_only = bool(os.ST_RDONLY & os.statvfs(here).f_flag)
+    why = os.strerror(errno.EROFS if read_only else errno.EACCES)
+    return f"events cannot be recorded: the spool folder {path} {made}cannot be written ({why})"

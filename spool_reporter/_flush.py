@@ -41,7 +41,7 @@ from . import _consent, _files, _hook, _sent, _settings, _spawn, _spool, _state
 from ._hook import FLUSHER_LOCK_FD_ENV, FLUSHER_LOCK_NAME, GATE_NAME, App, iso_time
 from ._http import Answer, Sender
 from ._redact import REDACTED
-from ._state import log, now
+from ._state import Outcome, log, now
 from ._words import counted
 from .transports import Event, transport_for
 
@@ -88,12 +88,14 @@ failure and back off."""
 class FlushResult:
     """What one :func:`run` did."""
 
-    outcome: str
+    outcome: Outcome
     """``delivered`` (something was sent or rejected, nothing failed), ``nothing`` (empty spool),
     ``disabled`` (reporting is off; see :attr:`purged`), ``local`` (local mode: nothing is sent),
     ``invalid-endpoint`` (the destination that is named is not valid, nothing is sent; :attr:`message` says
     why, as ``status`` does), ``failed`` (a request failed or the back-off is pending; events kept) or ``busy``
-    (another flusher is running, or the spool lock is held)."""
+    (another flusher is running, or the spool lock is held), ``unusable-folder`` (the spool folder cannot be
+    used: read-only, missing, or a link planted for it; nothing is read or sent, and :attr:`message` starts with
+    :data:`UNUSABLE_FOLDER`)."""
     sent: int = 0
     """Events the destination acknowledged with a 2xx and that left the spool."""
     rejected: int = 0
@@ -161,8 +163,9 @@ def destination_refusals(body: bytes, size: int) -> dict[str, int]:
     return out
 
 
-class _Run:
-    """One run, once the flusher lock is held: the folder, the destination, the deadline and what was sent."""
+class _Round:
+    """One round of a run (:func:`_drain` makes one for each round), once the flusher lock is held: the folder, the
+    destination, the deadline and what was sent."""
 
     def __init__(
         self,
@@ -210,12 +213,12 @@ class _Run:
         """Seal the active file and enforce the caps, under the spool lock; the sealed segments, oldest first."""
         with self.spool_lock:
             for note in _spool.tidy(self.folder, now()):  # what killed processes and planted folders left
-                log(self.folder, f"{iso_time(now())} pid={os.getpid()} {note}")
+                log(self.folder, note)
             _spool.seal_active(self.folder)
             for name, _, size in _spool.segments(self.folder):
                 if size > _hook.HUGE_ACTIVE_BYTES:  # damaged: whole lines are kept, overlong ones counted
                     kept, bad = _spool.recut(self.folder, name)
-                    log(self.folder, f"{iso_time(now())} pid={os.getpid()} re-cut {name}: {kept} lines kept, {bad} bad")
+                    log(self.folder, f"re-cut {name}: {kept} lines kept, {bad} bad")
             _spool.enforce_caps(
                 self.folder,
                 _hook.int_setting(self.user, "max_events", _hook.MAX_EVENTS),
@@ -287,7 +290,7 @@ class _Run:
             done.add(_event_id(event))
             rejected += 1
             self.rejected += 1
-            log(self.folder, f"{iso_time(now())} pid={os.getpid()} rejected {_event_id(event)}: {reason}")
+            log(self.folder, f"rejected {_event_id(event)}: {reason}")
         failure: Answer | None = None
         handled = len(done)
         refused: dict[str, int] = {}  # by the destination, in this segment
@@ -310,8 +313,7 @@ class _Run:
                 if turned:
                     log(
                         self.folder,
-                        f"{iso_time(now())} pid={os.getpid()} batch of {len(ids)}: the destination refused "
-                        + _spool.refused_text(turned),
+                        f"batch of {len(ids)}: the destination refused " + _spool.refused_text(turned),
                     )
             elif answer.kind == "drop":
                 done |= ids
@@ -319,9 +321,7 @@ class _Run:
                 self.rejected += len(ids)
                 log(
                     self.folder,
-                    self.secretless(
-                        f"{iso_time(now())} pid={os.getpid()} batch of {len(ids)} refused: {answer.describe()}"
-                    ),
+                    self.secretless(f"batch of {len(ids)} refused: {answer.describe()}"),
                 )
             else:
                 self.failed += len(ids)
@@ -386,11 +386,12 @@ def run(
     environ: Mapping[str, str] | None = None,
     ignore_backoff: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    deadline: float | None = None,
 ) -> FlushResult:
     """One flusher run: check consent, claim the spool, send it, record the outcome, and again for what was recorded
     meanwhile (:func:`_drain`; the counts are summed). Never raises for network
-    or spool trouble (the result says what happened: an unusable spool folder is ``failed``); bounded by the
-    deadline.
+    or spool trouble (the result says what happened: an unusable spool folder is ``unusable-folder``); bounded by
+    the deadline.
 
     :param app: whose spool to send.
     :param foreground: the command line's ``flush``: wait (bounded) for a running flusher to finish instead
@@ -398,22 +399,12 @@ def run(
     :param environ: the environment to read switches, destination and proxies from (default: ``os.environ``).
     :param ignore_backoff: send even if the back-off has not expired (``flush`` does).
     :param progress: called as ``progress(handled, total)`` after each batch, in the calling thread.
+    :param deadline: the :func:`time.monotonic` time every round must end by: the detached process's, set when
+        it armed its watchdog. By default the run's own, from the tuning, once the flusher lock is taken.
     """
     env = os.environ if environ is None else environ
-    return guarded_run(app, foreground=foreground, env=env, ignore_backoff=ignore_backoff, progress=progress)
-
-
-def guarded_run(
-    app: App,
-    *,
-    foreground: bool,
-    env: Mapping[str, str],
-    ignore_backoff: bool,
-    progress: Callable[[int, int], None] | None,
-    deadline: float | None = None,
-) -> FlushResult:
     try:
-        return _run(
+        return _decide_and_drain(
             app, foreground=foreground, env=env, ignore_backoff=ignore_backoff, progress=progress, deadline=deadline
         )
     except OSError as exc:
@@ -422,10 +413,10 @@ def guarded_run(
         reason = exc.strerror or str(exc) or type(exc).__name__
         path = _hook.state_dir(app, env)
         where = f"{UNUSABLE_FOLDER}: " if path in reason else f"{UNUSABLE_FOLDER} {path}: "  # the path, once
-        return FlushResult(outcome="failed", message=where + reason)
+        return FlushResult(outcome="unusable-folder", message=where + reason)
 
 
-def _run(
+def _decide_and_drain(
     app: App,
     *,
     foreground: bool,
@@ -473,8 +464,7 @@ def _run(
                     _spawn.touch(folder, GATE_NAME, retry)
                 log(
                     folder,
-                    f"{iso_time(now())} pid={os.getpid()} invalid-endpoint: {resolved.reason}; kept {remaining}; "
-                    f"next try after {iso_time(retry)}",
+                    f"invalid-endpoint: {resolved.reason}; kept {remaining}; next try after {iso_time(retry)}",
                 )
             return FlushResult(outcome="invalid-endpoint", remaining=remaining, message=invalid)
         inherited = None if foreground else _inherited_lock(env, folder)
@@ -492,7 +482,7 @@ def _run(
         # once the flusher lock is ours. Every round of the run shares it.
         until = time.monotonic() + tune.deadline if deadline is None else deadline
         job = functools.partial(
-            _Run,
+            _Round,
             app=app,
             folder=folder,
             env=env,
@@ -507,7 +497,7 @@ def _run(
 
 
 def _drain(
-    folder: _hook.Folder, job: Callable[[], _Run], release: Callable[[], None], *, ignore_backoff: bool
+    folder: _hook.Folder, job: Callable[[], _Round], release: Callable[[], None], *, ignore_backoff: bool
 ) -> tuple[list[FlushResult], int | None]:
     """Claim/send rounds, the first with flusher.lock held (``release`` lets it go): each round's result, and the
     events found queued after the last one (``None`` if not looked at).
@@ -526,7 +516,7 @@ def _drain(
     while True:
         try:
             current = job()
-            results.append(_run_locked(current, ignore_backoff=ignore_backoff))
+            results.append(_send_round(current, ignore_backoff=ignore_backoff))
         finally:
             release()
         left = current.deadline - time.monotonic()
@@ -549,6 +539,16 @@ def _drain(
         except (OSError, _files.LockTimeout):  # another flusher runs: it sends them
             return results, queued
         release = again.release
+
+
+def sent_text(sent: int, url: str | None, *, rejected: int = 0, refused: Mapping[str, int] | None = None) -> str:
+    """The one sentence of a delivery: ``sent 3 events to URL, 1 rejected; the destination refused 2 events
+    (over_cap 2)`` (``url`` already redacted; ``None``: no destination to name)."""
+    text = f"sent {counted(sent, 'event')}" + (f" to {url}" if url is not None else "")
+    text += f", {rejected} rejected" if rejected else ""
+    if refused:
+        text += f"; the destination refused {_spool.refused_text(refused, 'event')}"
+    return text
 
 
 def _summed(results: list[FlushResult], queued: int | None, url: str) -> FlushResult:
@@ -574,9 +574,7 @@ def _summed(results: list[FlushResult], queued: int | None, url: str) -> FlushRe
             message += f" (the run's earlier rounds sent {sent - last.sent})"
     else:
         outcome = "delivered"
-        message = f"sent {counted(sent, 'event')} to {url}" + (f", {rejected} rejected" if rejected else "")
-        if refused:
-            message += f"; the destination refused {_spool.refused_text(refused, 'event')}"
+        message = sent_text(sent, url, rejected=rejected, refused=refused)
         if len(results) > 1:
             message += f" in {len(results)} rounds"
     return FlushResult(
@@ -611,11 +609,11 @@ def _inherited_lock(env: Mapping[str, str], folder: _hook.Folder) -> int | None:
     return fd
 
 
-def _stopped(job: _Run, decision: _hook.Decision, refused: dict[str, int], turned: str) -> FlushResult:
-    """The end of a run that the user's "no" stopped (:meth:`_Run.may_send`): what was deleted, and what was
+def _stopped(job: _Round, decision: _hook.Decision, refused: dict[str, int], turned: str) -> FlushResult:
+    """The end of a run that the user's "no" stopped (:meth:`_Round.may_send`): what was deleted, and what was
     sent before it."""
     purged = purge(job.app, job.env) if decision.hard_off else 0
-    outcome = "disabled" if not decision.enabled else "local"
+    outcome: Outcome = "disabled" if not decision.enabled else "local"
     why = _consent.explain(decision.reason)
     message = (
         f"stopped ({why}): sent {counted(job.sent, 'event')} before, made no further request"
@@ -625,7 +623,7 @@ def _stopped(job: _Run, decision: _hook.Decision, refused: dict[str, int], turne
     _state.record_outcome(
         job.folder, outcome=outcome, error=None, retry_after=None, tune=job.tune, sent=job.sent, refused=refused
     )
-    log(job.folder, f"{iso_time(now())} pid={os.getpid()} {outcome}: {message}")
+    log(job.folder, f"{outcome}: {message}")
     return FlushResult(
         outcome=outcome,
         sent=job.sent,
@@ -637,7 +635,7 @@ def _stopped(job: _Run, decision: _hook.Decision, refused: dict[str, int], turne
     )
 
 
-def _run_locked(job: _Run, *, ignore_backoff: bool) -> FlushResult:
+def _send_round(job: _Round, *, ignore_backoff: bool) -> FlushResult:
     folder, tune = job.folder, job.tune
     if not ignore_backoff:
         gate = _hook.mtime(folder, GATE_NAME)
@@ -660,7 +658,6 @@ def _run_locked(job: _Run, *, ignore_backoff: bool) -> FlushResult:
         failure = Answer(error="the spool lock is busy")
     finally:
         job.sender.close()
-    pid = os.getpid()
     refused = dict(sorted(job.refused.items()))
     turned = f"the destination refused {_spool.refused_text(refused, 'event')}" if refused else ""
     if job.stopped is not None and failure is None:
@@ -679,7 +676,7 @@ def _run_locked(job: _Run, *, ignore_backoff: bool) -> FlushResult:
         )
         when = f"; next try after {iso_time(retry)}" if retry is not None else ""
         message = f"sent {job.sent}" + (f" ({turned})" if turned else "") + f", kept {remaining}: {error}{when}"
-        log(folder, f"{iso_time(now())} pid={pid} failed: {message}")
+        log(folder, f"failed: {message}")
         return FlushResult(
             outcome="failed",
             sent=job.sent,
@@ -692,12 +689,8 @@ def _run_locked(job: _Run, *, ignore_backoff: bool) -> FlushResult:
     _state.record_outcome(
         folder, outcome="delivered", error=None, retry_after=None, tune=tune, sent=job.sent, refused=refused
     )
-    message = (
-        f"sent {counted(job.sent, 'event')} to {job.destination.redacted_url()}"
-        + (f", {job.rejected} rejected" if job.rejected else "")
-        + (f"; {turned}" if turned else "")
-    )
-    log(folder, f"{iso_time(now())} pid={pid} delivered: {message}")
+    message = sent_text(job.sent, job.destination.redacted_url(), rejected=job.rejected, refused=refused)
+    log(folder, f"delivered: {message}")
     return FlushResult(
         outcome="delivered",
         sent=job.sent,

@@ -349,6 +349,43 @@ def read_counters(folder: Folder) -> dict[str, int]:
     return counts
 
 
+def summary(folder: Folder) -> dict[str, object]:
+    """What ``status`` shows of the queue, read without writing anything: ``queued``, ``oldest`` (the time of the
+    oldest queued event, or ``None``), ``dropped`` and ``dropped_by_reason`` (:func:`read_counters`), and
+    ``refused_by_destination`` (:func:`read_destination_refusals`)."""
+    counters = read_counters(folder)
+    oldest = None
+    for name in [name for name, _, _ in segments(folder)] + [ACTIVE_NAME]:
+        try:
+            data = read_bytes(folder, name, HUGE_ACTIVE_BYTES)
+        except OSError:
+            continue
+        events, _ = parse_lines(data or b"")
+        if events:
+            oldest = events[0]["time"]
+            break
+    return {
+        "queued": count_queued(folder),
+        "oldest": oldest,
+        "dropped": sum(counters.values()),
+        "dropped_by_reason": counters,
+        "refused_by_destination": read_destination_refusals(folder),
+    }
+
+
+def unreadable_file(folder: Folder) -> str | None:
+    """The name of the first event file of ``folder`` that this user may not read, or ``None``. A missing or
+    planted one (a symlink, a FIFO) is not counted: the reader skips it, as the flusher does."""
+    for name in [name for name, _, _ in segments(folder)] + [ACTIVE_NAME]:
+        try:
+            os.close(folder.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)))
+        except PermissionError:
+            return name
+        except OSError:
+            continue
+    return None
+
+
 def seal_active(folder: Folder) -> tuple[str, int] | None:
     """Rename ``spool.jsonl`` to a new segment. Caller holds the lock. Returns ``(name, lines)``.
 

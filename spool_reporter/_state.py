@@ -20,7 +20,7 @@ import os
 import random
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal
 
 from . import _files, _hook, _settings, _spawn, _spool
 from ._hook import GATE_NAME
@@ -54,6 +54,11 @@ _APPEND_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _hook.O_NOFOLLOW
 def now() -> float:
     """The wall clock, read in one place (the flusher, the dry run and ``status``)."""
     return time.time()
+
+
+Outcome = Literal["delivered", "nothing", "disabled", "local", "invalid-endpoint", "failed", "busy", "unusable-folder"]
+"""How a flusher run ended (:attr:`spool_reporter._flush.FlushResult.outcome`); the first six are written to
+``state.json`` (``unusable-folder``: there is no folder to write to)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,7 +101,9 @@ def load_state(folder: Folder) -> dict[str, object]:
 
 
 def log(folder: Folder, line: str) -> None:
-    """Append one line to the bounded log (rotating at :data:`LOG_FILE_BYTES`). Never raises."""
+    """Append ``line`` to the bounded log (rotating at :data:`LOG_FILE_BYTES`), after the time and this process's
+    id (``2026-12-03T08:15:48Z pid=4242 delivered: ...``). Never raises."""
+    line = f"{_hook.iso_time(now())} pid={os.getpid()} {line}"
     data = (line.replace("\n", " ")[:500] + "\n").encode("ascii", "replace")
     try:
         fd, st = _hook.open_ours(folder, LOG_NAME, _APPEND_FLAGS)
@@ -130,7 +137,7 @@ def backoff_delay(failures: int, retry_after: float | None, tune: _settings.Tuni
 def record_outcome(
     folder: Folder,
     *,
-    outcome: str,
+    outcome: Outcome,
     error: str | None,
     retry_after: float | None,
     tune: _settings.Tuning,

@@ -5,7 +5,7 @@ reader of the output went away (``django-spool status | head -1``), as for a com
 
 **Public** (docs/cli-embedding.md): :func:`main` (a whole program for an App), :func:`add_commands` and
 :func:`run_command` (the commands as subcommands of any argparse program), :class:`Command` and
-:data:`COMMANDS` (the one table that argparse and the optional Click group, :mod:`spool_reporter.click`, are
+:data:`COMMANDS` (the one table that argparse and the optional Click group, :mod:`spool_reporter.click_group`, are
 both built from: one more command is one more row and its function). Everything else here is private.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -84,8 +85,9 @@ class Command:
     check: Callable[[argparse.Namespace], str | None] | None = None
     """A usage error in the flags (exit status 2), or ``None``."""
     description: str = ""
-    """Its ``--help`` text; ``{prog}``, ``{name}``, ``{env_disable}`` and ``{env_debug}`` are filled in. Empty:
-    the docstring of :attr:`run` (the built-in commands describe themselves there, beside their code)."""
+    """Its ``--help`` text; the words of :func:`help_words` (``{prog}``, ``{name}``, ``{env_disable}``,
+    ``{env_debug}``...) are filled in by :func:`fill_words`, and any other brace is shown as written. Empty: the
+    docstring of :attr:`run` (the built-in commands describe themselves there, beside their code)."""
 
     def help_text(self) -> str:
         """The ``--help`` text, before its ``{...}`` words are filled in."""
@@ -164,6 +166,12 @@ COMMANDS: Final[tuple[Command, ...]] = (
 # --- argparse -----------------------------------------------------------------------------------------
 
 
+def fill_words(text: str, words: Mapping[str, str]) -> str:
+    """``text`` with each ``{word}`` of ``words`` (:func:`help_words`) filled in; any other brace stays as it is,
+    so that a help text may show JSON (``{"requests": [...]}``) as it is written."""
+    return re.sub(r"\{(\w+)\}", lambda m: words.get(m.group(1), m.group(0)), text)
+
+
 def help_words(app: App, prog: str) -> dict[str, str]:
     django = app.slug == "django"
     return {
@@ -186,14 +194,14 @@ def add_commands(
     Run a parsed command with :func:`run_command`."""
     prog = prog or parser.prog
     words = help_words(app, prog)
-    epilog = EPILOG.format(**words)
+    epilog = fill_words(EPILOG, words)
     sub = parser.add_subparsers(dest="spool_reporter_subcommand", metavar="COMMAND", title="commands")
     sub.required = True
     for command in COMMANDS:
         p = sub.add_parser(
             command.name,
             help=command.help,
-            description=command.help_text().format(**words),
+            description=fill_words(command.help_text(), words),
             epilog=epilog,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
@@ -242,8 +250,8 @@ def build_parser(app: App | None = None) -> argparse.ArgumentParser:
     words = help_words(the_app, the_app.cli_name)
     parser = _Parser(
         prog=the_app.cli_name,
-        description=DESCRIPTION.format(**words),
-        epilog=EPILOG.format(**words),
+        description=fill_words(DESCRIPTION, words),
+        epilog=fill_words(EPILOG, words),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s (spool_reporter) {__version__}")

@@ -26,7 +26,7 @@ import click
 
 from ._commands import Context
 from ._hook import App
-from .cli import COMMANDS, Command, execute, help_words
+from .cli import COMMANDS, Command, execute, fill_words, help_words
 
 __all__ = ["reporting_group"]
 
@@ -67,6 +67,6 @@ def _click_command(app: App, command: Command, words: dict[str, str]) -> click.C
         command.name,
         callback=callback,
         params=params,
-        help=command.help_text().format(**words),
+        help=fill_words(command.help_text(), words),
         short_help=command.help,
     )

@@ -22,6 +22,10 @@ from pathlib import Path
 from spool_reporter._cli_common import EXIT_STATUS, EXIT_USAGE, Parser, docs_page, print_error, run_guarded, run_program
 from spool_reporter._words import counted
 
+# The collector's defaults only (standard library): the rest of the collector is imported when a command runs, so
+# that building the parser (every django-spool command does) stays cheap.
+from ._common import DEFAULT_APP, DEFAULT_MAX_AGE_DAYS, EPSILON, LICENCE, MIN_COUNT, Limits, Retention
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -134,55 +138,64 @@ DESCRIPTION: Final = (
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``serve``, ``stats``, ``migrate`` and ``rollup`` to ``commands``."""
-    # The collector's defaults only (standard library): the rest of the collector is imported when a command
-    # runs, so that building the parser (every django-spool command does) stays cheap.
-    from ._common import DEFAULT_APP, DEFAULT_MAX_AGE_DAYS, EPSILON, LICENCE, MIN_COUNT, Limits, Retention
+    _add_serve(commands)
+    _add_stats(commands)
+    _add_migrate(commands)
+    _add_rollup(commands)
 
-    def add_number(
-        parser: argparse.ArgumentParser,
-        flag: str,
-        *,
-        default: float,
-        metavar: str,
-        help: str,
-        kind: Callable[[str], float] = float,
-    ) -> None:
-        """An option that takes a number, its default stated at the end of its help."""
-        parser.add_argument(flag, type=kind, default=default, metavar=metavar, help=f"{help} (default: %(default)g)")
 
-    def add_max_age(parser: argparse.ArgumentParser, what: str) -> None:
-        add_number(parser, "--max-age-days", default=DEFAULT_MAX_AGE_DAYS, metavar="DAYS", help=what)
+def _add_number(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    *,
+    default: float,
+    metavar: str,
+    help: str,
+    kind: Callable[[str], float] = float,
+) -> None:
+    """An option that takes a number, its default stated at the end of its help."""
+    parser.add_argument(flag, type=kind, default=default, metavar=metavar, help=f"{help} (default: %(default)g)")
 
-    def add_epsilon(parser: argparse.ArgumentParser) -> None:
-        add_number(
-            parser,
-            "--epsilon",
-            default=EPSILON,
-            metavar="EPS",
-            help="the privacy budget of the public releases, per developer: for each week (its provisional and "
-            "final releases together), and for each month, quarter and year",
-            kind=_epsilon,
-        )
 
-    def add_publishing(parser: argparse.ArgumentParser) -> None:
-        add_epsilon(parser)
-        parser.add_argument(
-            "--data-license",
-            default=LICENCE,
-            metavar="LICENCE",
-            help="the licence the public numbers and their downloads state (default: %(default)s)",
-        )
+def _add_max_age(parser: argparse.ArgumentParser, what: str) -> None:
+    _add_number(parser, "--max-age-days", default=DEFAULT_MAX_AGE_DAYS, metavar="DAYS", help=what)
 
-    def add_retain(parser: argparse.ArgumentParser) -> None:
-        add_number(
-            parser,
-            "--retain-days",
-            default=Retention().retain_days,
-            metavar="DAYS",
-            help="delete raw events older than this once their week is rolled up; the roll-ups, which hold no "
-            "client id, are kept",
-        )
 
+def _add_epsilon(parser: argparse.ArgumentParser) -> None:
+    _add_number(
+        parser,
+        "--epsilon",
+        default=EPSILON,
+        metavar="EPS",
+        help="the privacy budget of the public releases, per developer: for each week (its provisional and "
+        "final releases together), and for each month, quarter and year",
+        kind=_epsilon,
+    )
+
+
+def _add_publishing(parser: argparse.ArgumentParser) -> None:
+    _add_epsilon(parser)
+    parser.add_argument(
+        "--data-license",
+        default=LICENCE,
+        metavar="LICENCE",
+        help="the licence the public numbers and their downloads state (default: %(default)s)",
+    )
+
+
+def _add_retain(parser: argparse.ArgumentParser) -> None:
+    _add_number(
+        parser,
+        "--retain-days",
+        default=Retention().retain_days,
+        metavar="DAYS",
+        help="delete raw events older than this once their week is rolled up; the roll-ups, which hold no "
+        "client id, are kept",
+    )
+
+
+def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``collector serve``: the embedded server and every setting of the collector it runs."""
     serve = _command(
         commands,
         "serve",
@@ -197,9 +210,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port; 0 picks a free one (default: %(default)s)")
-    add_max_age(serve, "refuse events older than this; at most one day ahead is accepted")
-    add_retain(serve)
-    add_number(
+    _add_max_age(serve, "refuse events older than this; at most one day ahead is accepted")
+    _add_retain(serve)
+    _add_number(
         serve,
         "--rollup-every",
         default=Retention().rollup_every,
@@ -236,8 +249,11 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the display threshold of the public numbers: a released count below N is shown as 'fewer than N' "
         "(default: %(default)s)",
     )
-    add_publishing(serve)
+    _add_publishing(serve)
 
+
+def _add_stats(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``collector stats``: the operator's numbers, or with ``--public`` what was released."""
     stats = _command(
         commands,
         "stats",
@@ -268,9 +284,12 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help="with --public: the display threshold, as serve's (default: %(default)s)",
     )
-    add_publishing(stats)  # with --public: the settings the page and the document state, as serve's
+    _add_publishing(stats)  # with --public: the settings the page and the document state, as serve's
     stats.add_argument("--app", default=DEFAULT_APP, help="the application to report (default: %(default)s)")
 
+
+def _add_migrate(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``collector migrate``: create or bring up to date the tables."""
     migrate = _command(
         commands,
         "migrate",
@@ -288,6 +307,10 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the first ISO week (2026-W49) whose numbers are released publicly: by default the week the database "
         "was created; never chosen from the data, so that when publishing starts says nothing about anyone",
     )
+
+
+def _add_rollup(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``collector rollup``: close weeks, make the releases due, apply the retention."""
     rollup = _command(
         commands,
         "rollup",
@@ -303,9 +326,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "and --epsilon of the collectors. Safe to run at any time, and from several hosts at once: one works, "
         "the others say so.",
     )
-    add_max_age(rollup, "the collectors' maximum event age: weeks that ended longer ago are closed")
-    add_retain(rollup)
-    add_epsilon(rollup)
+    _add_max_age(rollup, "the collectors' maximum event age: weeks that ended longer ago are closed")
+    _add_retain(rollup)
+    _add_epsilon(rollup)
 
 
 def _command(
@@ -564,14 +587,13 @@ def cmd_rollup(args: argparse.Namespace) -> int:
 
 def _existing_version(db: str) -> int | None:
     """The schema version of an existing database, or ``None`` if it has no collector tables yet."""
-    from . import CollectorError, open_store
+    from . import open_store
+    from ._common import NotACollectorDatabase
 
     try:
         store = open_store(db, create=False)
-    except CollectorError as exc:
-        if "no collector" in str(exc) or "not a collector" in str(exc):
-            return None
-        raise
+    except NotACollectorDatabase:
+        return None
     try:
         return store.schema_version() or 1
     finally:

@@ -32,6 +32,11 @@ class Unavailable(CollectorError):
     """The database is busy or unreachable for now: answered ``503`` with ``Retry-After``."""
 
 
+class NotACollectorDatabase(CollectorError):
+    """``create=False`` and the database holds no collector tables (a SQLite file missing or of another program,
+    a PostgreSQL database never migrated): ``collector migrate`` or ``serve`` would create them."""
+
+
 class StoreClosed(CollectorError):
     """The store was closed (:meth:`Store.close`) and opens no connection any more: a roll-up thread still running
     when the application shut down gets this, and has nothing to report."""
@@ -111,12 +116,12 @@ class Retention(NamedTuple):
 OVER_CAP: Final = "over_cap"
 """The refusal reason of an event beyond :attr:`Limits.per_client_week`."""
 
-LATE: Final = "too_old"
+TOO_OLD: Final = "too_old"
 """The refusal reason of an event of a week already closed (:data:`spool_reporter._event.REASONS`' own word for
 an event outside the time window: a collector process with a longer ``--max-age-days`` than the one that
 closed the week would otherwise add to numbers that are final)."""
 
-FORGET: Final = "forget"
+FORGET_REFUSED: Final = "forget"
 """The refusal reason of a ``POST /v1/forget`` refused (not a client id, not the request's shape)."""
 
 FORGOTTEN: Final = "forgotten"

@@ -365,7 +365,7 @@ class PostgresStore(_store.Store):
                     self._migrate(conn, version)
                 elif version == 0:
                     msg = f"{self.display} has no collector tables (run `collector migrate --db ...` or serve once)"
-                    raise _common.CollectorError(msg)
+                    raise _common.NotACollectorDatabase(msg)
         except self._pg.Error as exc:
             msg = f"cannot open the collector database {self.display}: {_first_line(exc)}"
             raise _common.CollectorError(msg) from exc

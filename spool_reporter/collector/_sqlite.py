@@ -298,7 +298,7 @@ class SQLiteStore(_store.Store):
             raise _common.CollectorError(msg)
         if st is None and not create:
             msg = f"no collector database at {self.path}"
-            raise _common.CollectorError(msg)
+            raise _common.NotACollectorDatabase(msg)
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._writer: sqlite3.Connection | None = None
@@ -323,7 +323,7 @@ class SQLiteStore(_store.Store):
                     self._migrate(conn)
                 elif version == 0 and not self._has_events(conn):
                     msg = f"{self.path} is not a collector database"
-                    raise _common.CollectorError(msg)
+                    raise _common.NotACollectorDatabase(msg)
             except sqlite3.Error as exc:
                 msg = f"cannot open the collector database {self.path}: {exc}"
                 raise _common.CollectorError(msg) from exc

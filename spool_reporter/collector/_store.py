@@ -59,7 +59,7 @@ from collections.abc import Sequence
 
 from spool_reporter._event import MAX_FUTURE_SECONDS
 
-from ._common import FORGOTTEN, LATE, OVER_CAP, CollectorError, Limits, Release, Row
+from ._common import FORGOTTEN, OVER_CAP, TOO_OLD, CollectorError, Limits, Release, Row
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ class Inserted(NamedTuple):
     """Those rows (only when asked for with ``want_new``)."""
     refused: Mapping[str, int] = {}  # never mutated: each insert builds its own
     """Rows refused by the store, by reason: :data:`OVER_CAP` (over :attr:`Limits.per_client_week`),
-    :data:`LATE` (of a closed week) and :data:`FORGOTTEN` (of a forgotten client id), each also counted in
+    :data:`TOO_OLD` (of a closed week) and :data:`FORGOTTEN` (of a forgotten client id), each also counted in
     ``refusals``; a reason with no row is absent."""
 
     @property
@@ -552,7 +552,7 @@ def merge_counts(*counts: Mapping[str, int]) -> dict[str, int]:
 
 def refused_here(*, forgotten: int, late: int, over_cap: int) -> dict[str, int]:
     """:attr:`Inserted.refused` of an insert that refused these rows: reason -> rows, without a reason of none."""
-    return {reason: n for reason, n in ((FORGOTTEN, forgotten), (LATE, late), (OVER_CAP, over_cap)) if n}
+    return {reason: n for reason, n in ((FORGOTTEN, forgotten), (TOO_OLD, late), (OVER_CAP, over_cap)) if n}
 
 
 def newer_schema(display: str, version: int) -> CollectorError:

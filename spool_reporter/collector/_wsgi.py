@@ -49,7 +49,7 @@ import threading
 import time
 
 from . import _common, _public, _rollup
-from ._common import FORGET, CollectorError, Retention, Row, StoreClosed, Unavailable
+from ._common import FORGET_REFUSED, CollectorError, Retention, Row, StoreClosed, Unavailable
 from ._served import Served
 from ._store import Inserted, Store, forget_until, merge_counts
 from ._wire import (
@@ -360,7 +360,7 @@ class Collector:
             # Counted where the operator looks (collector stats), with no client id and nothing of the body; a
             # database that cannot count it does not change the answer.
             with contextlib.suppress(CollectorError):
-                self.store.insert([], refused={FORGET: 1}, now=self.policy.clock())
+                self.store.insert([], refused={FORGET_REFUSED: 1}, now=self.policy.clock())
             raise
         deleted = self.store.forget(client_id, until=forget_until(self.policy.clock(), self.policy.max_age))
         self.counters.add(forgotten=deleted)

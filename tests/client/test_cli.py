@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import stat
 import subprocess
 import sys
@@ -13,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from spool_reporter import App, __version__, _hook, record
-from spool_reporter._hook import Folder
+from spool_reporter._hook import Folder, django_app
 from spool_reporter._spool import read_counters
+from spool_reporter.cli import fill_words, help_words
 
 from support.commands import cli, spool_command, unnamed
 from support.polling import wait_for
@@ -42,6 +44,16 @@ def test_help_for_every_command(sandbox: Sandbox, command: list[str]) -> None:
     assert result.returncode == 0
     assert result.stdout.startswith("usage: django-spool")
     assert "exit status: 0 success, 1 failure, 2 usage error (141: the output pipe closed early)." in result.stdout
+
+
+def test_a_help_text_shows_its_braces_as_written(sandbox: Sandbox) -> None:
+    """Only the help words are filled in: a brace in a command's docstring (sent's JSON shape) is shown as it is
+    written, where ``str.format`` would have needed it doubled, or failed on it."""
+    words = help_words(django_app(), "django-spool")
+    assert fill_words('{prog} {name}: {"a": [1]} {unknown} {', words) == 'django-spool Django: {"a": [1]} {unknown} {'
+    result = cli(sandbox, "sent", "--help")
+    assert result.returncode == 0
+    assert 'With --json, one object {"requests": [...], "damaged": n} with' in result.stdout
 
 
 @pytest.mark.parametrize("args", [[], ["frobnicate"], ["status", "--bogus"], ["flush", "--dry-run", "extra"]], ids=str)
@@ -145,6 +157,17 @@ def test_reading_commands_import_neither_the_sender_nor_the_collector_server(
     loaded = set(json.loads(done.stderr.strip().splitlines()[-1]))
     server = {"spool_reporter.collector._server", "spool_reporter.collector._wsgi", "http.server"}
     assert not loaded & {*absent, *server}, sorted(loaded & {*absent, *server})
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="giving a folder away needs root")
+def test_a_spool_folder_of_another_user_is_named_and_refused(sandbox: Sandbox, app: App) -> None:
+    folder = sandbox.state_dir(app)
+    folder.mkdir(parents=True)
+    os.chown(folder.parent, pwd.getpwnam("nobody").pw_uid, -1)  # spool_reporter/: a level that must be ours
+    result = cli(sandbox, "status")
+    assert result.returncode == 1
+    assert result.stderr == f"django-spool: the spool folder {folder} belongs to another user; refusing to use it\n"
+    assert "queued:        unknown (the spool folder cannot be read)" in result.stdout
 
 
 def test_status_counts_queue_and_drops(sandbox: Sandbox, app: App) -> None:

@@ -619,7 +619,7 @@ def test_server_helpers_only_bind_loopback() -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "symlink") or os.name == "nt", reason="POSIX symlinks")
-def test_unusable_spool_folder_is_a_failed_run_not_an_exception(sandbox: Sandbox, app: App) -> None:
+def test_unusable_spool_folder_is_an_outcome_not_an_exception(sandbox: Sandbox, app: App) -> None:
     fill(app, sandbox.env, 2)
     folder = sandbox.state_dir(app)
     elsewhere = folder.parent / "elsewhere"
@@ -629,7 +629,7 @@ def test_unusable_spool_folder_is_a_failed_run_not_an_exception(sandbox: Sandbox
         env = with_destination(sandbox.env, server.url())
         for foreground in (True, False):
             result = _flush.run(app, foreground=foreground, environ=env)
-            assert result.outcome == "failed"
+            assert result.outcome == "unusable-folder"
             assert result.message.startswith("cannot use the spool folder")
             assert result.message.count(str(folder)) == 1  # the path, once
         assert _plan.plan(app, environ=env).events == []

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from spool_reporter.collector import FORGET_PATH, Collector, Policy, Retention, make_app, serve, stats
-from spool_reporter.collector._common import FORGET
+from spool_reporter.collector._common import FORGET_REFUSED
 from spool_reporter.collector._rollup import rollup
 from spool_reporter.collector._weeks import week_of_valid
 from spool_reporter.collector._wire import FORGET_MAX_BODY_BYTES
@@ -101,7 +101,7 @@ def test_forget_refuses_what_is_not_one_client_id(app: Collector, body: bytes, s
     assert b"5d1c0c8e" not in reason  # never echoed
     assert app.store.count() == (1, 1)
     week = week_of_valid("2027-01-06T00:00:00Z")
-    assert app.store.refusals() == {week: {FORGET: 1}}  # counted for the operator, with nothing of the body
+    assert app.store.refusals() == {week: {FORGET_REFUSED: 1}}  # counted for the operator, with nothing of the body
     assert app.counters.rejected == 1
 
 
@@ -112,7 +112,7 @@ def test_forget_takes_post_json_only(app: Collector) -> None:
     assert call_wsgi(app, "POST", FORGET_PATH, body, plain)[0] == "415 Unsupported Media Type"
     assert call_wsgi(app, "POST", FORGET_PATH, body, JSON)[0] == "411 Length Required"
     # The 415 and the 411 are forget requests refused; the GET was not one.
-    assert app.store.refusals() == {week_of_valid("2027-01-06T00:00:00Z"): {FORGET: 2}}
+    assert app.store.refusals() == {week_of_valid("2027-01-06T00:00:00Z"): {FORGET_REFUSED: 2}}
 
 
 def test_forget_leaves_the_rollups_alone(app: Collector) -> None:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from spool_reporter._hook import iso_time
 from spool_reporter.collector import CollectorError, Retention, open_store, stats
-from spool_reporter.collector._common import LATE, Row
+from spool_reporter.collector._common import TOO_OLD, Row
 from spool_reporter.collector._rollup import check_retention, closing_week, rollup
 from spool_reporter.collector._store import SCHEMA_VERSION, Store
 from spool_reporter.collector._weeks import this_week, week_before, week_of_valid
@@ -198,7 +198,7 @@ def test_a_closed_week_takes_no_more_events(store: Store) -> None:
     late = [row(("late", i), ROLLUP_NOW - 40 * DAY) for i in range(4)]
     inserted = store.insert([*late, old[0], late[0]], now=ROLLUP_NOW)  # a re-sent event is a duplicate, not a refusal
     assert (inserted.added, inserted.limited) == (0, 4)
-    assert store.refusals()[week_of_valid(iso_time(ROLLUP_NOW))] == {LATE: 4}
+    assert store.refusals()[week_of_valid(iso_time(ROLLUP_NOW))] == {TOO_OLD: 4}
     assert both_ways(store)[0]["weeks"] == numbers["weeks"]
     assert store.count()[0] == 3
     fresh = store.insert([row(("new", 1), ROLLUP_NOW - DAY)])  # an open week still takes events
@@ -229,10 +229,10 @@ def test_closing_waits_for_the_inserts_in_flight(store: Store) -> None:
     try:
         wait_for(lambda: sum(stored) >= 30 or errors, timeout=60)  # the close happens while they insert
         done = rollup(store, now=ROLLUP_NOW, max_age=ROLLUP_MAX_AGE)
-        refused_before = store.refusals().get(week_of_valid(iso_time(ROLLUP_NOW)), {}).get(LATE, 0)
+        refused_before = store.refusals().get(week_of_valid(iso_time(ROLLUP_NOW)), {}).get(TOO_OLD, 0)
         wait_for(
             lambda: (
-                store.refusals().get(week_of_valid(iso_time(ROLLUP_NOW)), {}).get(LATE, 0) > refused_before or errors
+                store.refusals().get(week_of_valid(iso_time(ROLLUP_NOW)), {}).get(TOO_OLD, 0) > refused_before or errors
             )
         )
     finally:
