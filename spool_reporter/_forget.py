@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Final
 
+    from . import _hook
     from ._hook import App
     from ._settings import Destination
 
@@ -171,7 +172,7 @@ def forget(app: App, *, environ: Mapping[str, str] | None = None, send_while_off
 def _run(app: App, *, environ: Mapping[str, str] | None, send_while_off: bool) -> Result:
     import os
 
-    from . import _consent, _files, _flush, _hook, _settings
+    from . import _files, _flush, _hook, _settings
     from ._hook import FLUSHER_LOCK_NAME
 
     env = os.environ if environ is None else environ
@@ -197,60 +198,76 @@ def _run(app: App, *, environ: Mapping[str, str] | None, send_while_off: bool) -
             folder.close()
             return Result("busy", "a flusher is still running (it kept its lock); try again")
     try:
-        purged = _flush.purge(app, env, busy_ok=True)
-        if old is None:
-            return Result("no-id", "this machine has no client id: nothing was ever sent under one", purged=purged)
-        if not decision.enabled and not send_while_off:
-            return Result(
-                "off",
-                f"reporting is off ({_consent.explain(decision.reason)}), so nothing was sent; your client id is "
-                "kept. To ask the collector anyway, run forget again with --send-while-off",
-                purged=purged,
-                old_id=old,
-            )
-        resolved = _settings.resolve(app, env, user=user, policy=policy, read_files=False)
-        destination = resolved.destination
-        url = None if destination is None else forget_url(destination)
-        if url is None:
-            new = _replace(app, env)
-            purged += _flush.purge(app, env, busy_ok=True)
-            return Result(
-                "cannot",
-                f"{_cannot(destination, resolved.reason)}. Your old client id: {old}",
-                purged=purged,
-                old_id=old,
-                new_id=new,
-            )
-        assert destination is not None
-        confirmed, deleted, what = _send(url, old, env)
-        where = url  # made from the endpoint alone: no secret in it
-        if not confirmed:
-            secret = destination.api_secret
-            what = what.replace(secret, REDACTED) if secret else what
-            return Result(
-                "failed",
-                f"the collector at {where} did not confirm the deletion ({what}); your client id is kept, so "
-                "that forget can be run again",
-                purged=purged,
-                old_id=old,
-            )
-        new = _replace(app, env)
-        purged += _flush.purge(app, env, busy_ok=True)  # what the hook queued under the old id meanwhile
-        count = "its events" if deleted is None else counted(deleted, "event")
-        return Result(
-            "forgotten",
-            f"the collector at {where} deleted {count} of your client id; it keeps only numbers of closed weeks, "
-            "which hold no client id",
-            purged=purged,
-            deleted=deleted,
-            old_id=old,
-            new_id=new,
-        )
+        return _ask(app, env, user=user, policy=policy, decision=decision, old=old, send_while_off=send_while_off)
     finally:
         if lock is not None:
             lock.release()
         if folder is not None:
             folder.close()
+
+
+def _ask(
+    app: App,
+    env: Mapping[str, str],
+    *,
+    user: dict[str, str] | None,
+    policy: dict[str, str] | None,
+    decision: _hook.Decision,
+    old: str | None,
+    send_while_off: bool,
+) -> Result:
+    """The forget itself, with no flusher running: the queue deleted, then the collector asked (or why not)."""
+    from . import _consent, _flush, _settings
+
+    purged = _flush.purge(app, env, busy_ok=True)
+    if old is None:
+        return Result("no-id", "this machine has no client id: nothing was ever sent under one", purged=purged)
+    if not decision.enabled and not send_while_off:
+        return Result(
+            "off",
+            f"reporting is off ({_consent.explain(decision.reason)}), so nothing was sent; your client id is "
+            "kept. To ask the collector anyway, run forget again with --send-while-off",
+            purged=purged,
+            old_id=old,
+        )
+    resolved = _settings.resolve(app, env, user=user, policy=policy, read_files=False)
+    destination = resolved.destination
+    url = None if destination is None else forget_url(destination)
+    if url is None:
+        new = _replace(app, env)
+        purged += _flush.purge(app, env, busy_ok=True)
+        return Result(
+            "cannot",
+            f"{_cannot(destination, resolved.reason)}. Your old client id: {old}",
+            purged=purged,
+            old_id=old,
+            new_id=new,
+        )
+    assert destination is not None
+    confirmed, deleted, what = _send(url, old, env)
+    where = url  # made from the endpoint alone: no secret in it
+    if not confirmed:
+        secret = destination.api_secret
+        what = what.replace(secret, REDACTED) if secret else what
+        return Result(
+            "failed",
+            f"the collector at {where} did not confirm the deletion ({what}); your client id is kept, so "
+            "that forget can be run again",
+            purged=purged,
+            old_id=old,
+        )
+    new = _replace(app, env)
+    purged += _flush.purge(app, env, busy_ok=True)  # what the hook queued under the old id meanwhile
+    count = "its events" if deleted is None else counted(deleted, "event")
+    return Result(
+        "forgotten",
+        f"the collector at {where} deleted {count} of your client id; it keeps only numbers of closed weeks, "
+        "which hold no client id",
+        purged=purged,
+        deleted=deleted,
+        old_id=old,
+        new_id=new,
+    )
 
 
 def _replace(app: App, env: Mapping[str, str]) -> str:

@@ -76,3 +76,40 @@ def test_the_shared_modules_import_nothing_of_the_collector() -> None:
         tree = ast.parse((COLLECTOR / f"{name}.py").read_text(encoding="utf-8"))
         relative = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level > 0]
         assert relative == [], name
+
+
+def test_the_allow_header_is_written_once() -> None:
+    """The collector answers a wrong method in one place, from its route table (``_wsgi.ROUTES``)."""
+    found = [
+        f"{_relative(path)}:{node.lineno}"
+        for path, source in _sources().items()
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant) and node.value == "Allow"
+    ]
+    assert [where.rpartition(":")[0] for where in found] == ["spool_reporter/collector/_wsgi.py"]
+
+
+def test_no_function_is_longer_than_80_lines() -> None:
+    """A function a reader can hold at once: longer ones are split into the steps they take (gather, decide,
+    print)."""
+    long = [
+        f"{_relative(path)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path, source in _sources().items()
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > 80
+    ]
+    assert long == []
+
+
+def test_the_stylesheet_is_a_file_of_the_installed_package() -> None:
+    """The page's stylesheet is ``collector/page.css``, shipped in the wheel (the tests run against the installed
+    package), not a Python string."""
+    import importlib.resources
+
+    from spool_reporter.collector import _report
+
+    sheet = importlib.resources.files("spool_reporter.collector").joinpath("page.css")
+    assert sheet.is_file()
+    assert _report._CSS.startswith(sheet.read_text(encoding="utf-8"))

@@ -72,3 +72,35 @@ def test_version_branches_are_in_code_tested_on_every_python() -> None:
     )
     assert branched, "the package has version branches (_hook.py, _spawn.py): this check reads the right files"
     assert [name for name in branched if name.startswith("collector")] == []
+
+
+def _module_table() -> list[tuple[list[str], list[str]]]:
+    """The rows of ``tests/README.md``'s "Which tests test a module": (modules, test files), each as a path
+    relative to ``spool_reporter/`` or ``tests/``; a module after the first of its row takes the first's folder."""
+    text = (TESTS / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Which tests test a module") :]
+    rows = []
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 2 or not cells[0].startswith("`"):
+            continue
+        names = [part.split("`")[1] for part in cells[0].split(",")]
+        folder = names[0].rpartition("/")[0]
+        modules = [names[0], *(f"{folder}/{name}" if folder and "/" not in name else name for name in names[1:])]
+        tests = [part.split("`")[1] for part in cells[1].split(",") if part.strip().startswith("`")]
+        rows.append((modules, [name for name in tests if name.endswith(".py")]))
+    return rows
+
+
+def test_every_module_has_its_tests_named() -> None:
+    """Each module of the package has a row in ``tests/README.md``'s table (a folder's row counts for its
+    modules), and each test file the table names exists."""
+    package = TESTS.parent / "spool_reporter"
+    rows = _module_table()
+    named = {module for modules, _ in rows for module in modules}
+    modules = sorted(path.relative_to(package).as_posix() for path in package.rglob("*.py"))
+    missing = [m for m in modules if m not in named and not any(m.startswith(f) for f in named if f.endswith("/"))]
+    assert missing == []
+    assert [m for m in sorted(named) if not (package / m).exists()] == []
+    assert [t for _, tests in rows for t in tests if not (TESTS / t).is_file()] == []
+    assert all(tests for _, tests in rows)

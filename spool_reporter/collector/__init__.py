@@ -67,7 +67,18 @@ if TYPE_CHECKING:
 
     from typing_extensions import Unpack  # typing's from Python 3.11; read by the type checker only
 
-    from ._common import MIN_COUNT, CollectorError, Limits, Publishing, Retention, StoreClosed, Unavailable
+    from ._common import (
+        BATCH_PATH,
+        FORGET_PATH,
+        GA4_PATH,
+        MIN_COUNT,
+        CollectorError,
+        Limits,
+        Publishing,
+        Retention,
+        StoreClosed,
+        Unavailable,
+    )
     from ._forward import GA4Forwarder
     from ._open import open_store
     from ._report import render_html
@@ -76,7 +87,7 @@ if TYPE_CHECKING:
     from ._stats import compute as stats
     from ._store import Store
     from ._wire import MAX_BODY_BYTES, MAX_EVENTS, Policy
-    from ._wsgi import BATCH_PATH, FORGET_PATH, GA4_PATH, Collector, Counters, Forwarder
+    from ._wsgi import Collector, Counters, Forwarder
 
     class _Settings(TypedDict, total=False):
         """:func:`make_app`'s keyword arguments, which :func:`serve` passes on."""
@@ -119,9 +130,9 @@ __all__ = [
 ]
 
 _HOMES: Final = {
-    "BATCH_PATH": "_wsgi",
-    "FORGET_PATH": "_wsgi",
-    "GA4_PATH": "_wsgi",
+    "BATCH_PATH": "_common",
+    "FORGET_PATH": "_common",
+    "GA4_PATH": "_common",
     "MAX_BODY_BYTES": "_wire",
     "MAX_EVENTS": "_wire",
     "MIN_COUNT": "_common",

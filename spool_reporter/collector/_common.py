@@ -207,3 +207,30 @@ def check_min_count(min_count: int) -> int:
         msg = f"min_count must be a whole number of at least 1, got {min_count!r}"
         raise ValueError(msg)
     return min_count
+
+
+# -- the paths the collector answers (with their methods and handlers: ``_wsgi.ROUTES``) -----------------------
+
+BATCH_PATH: Final = "/v1/batch"
+"""``POST`` a batch of the ``json`` transport's events."""
+
+GA4_PATH: Final = "/mp/collect"
+"""GA4-shaped payloads (the ``ga4`` transport's requests); the query string is ignored."""
+
+FORGET_PATH: Final = "/v1/forget"
+"""``POST`` a client id to delete its stored events (``django-spool forget``)."""
+
+HEALTH_PATH: Final = "/v1/health"
+"""``GET``: ``{"ok": true}``, without touching the database (for a load balancer or a monitor)."""
+
+PAGE_PATH: Final = "/"
+"""``GET /``: the public page (:func:`~spool_reporter.collector._report.render_public` of :func:`._public.document`)."""
+
+STATS_PATH: Final = "/v1/stats"
+"""``GET /v1/stats``: :func:`._public.document` as JSON."""
+
+RELEASES_JSON_PATH: Final = "/v1/releases.json"
+"""``GET /v1/releases.json``: every release as released (:func:`._public.releases_json`)."""
+
+RELEASES_CSV_PATH: Final = "/v1/releases.csv"
+"""``GET /v1/releases.csv``: every released number, one per row (:func:`._public.releases_csv`)."""

@@ -31,7 +31,7 @@ import math
 
 from spool_reporter._event import OTHER
 
-from ._common import Publishing
+from ._common import RELEASES_CSV_PATH, RELEASES_JSON_PATH, Publishing
 from ._release import BREAKDOWNS, FINAL
 
 TYPE_CHECKING = False
@@ -43,20 +43,6 @@ if TYPE_CHECKING:
 
 MIN_COUNT_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_MIN_COUNT"
 """Where ``spool_reporter.collector.wsgi`` reads the display threshold (``serve`` takes ``--min-count``)."""
-
-PAGE_PATH: Final = "/"
-"""``GET /``: the public page (:func:`~spool_reporter.collector._report.render_public` of :func:`document`)."""
-
-STATS_PATH: Final = "/v1/stats"
-"""``GET /v1/stats``: :func:`document` as JSON."""
-
-RELEASES_JSON_PATH: Final = "/v1/releases.json"
-"""``GET /v1/releases.json``: every release as released (:func:`releases_json`)."""
-
-RELEASES_CSV_PATH: Final = "/v1/releases.csv"
-"""``GET /v1/releases.csv``: every released number, one per row (:func:`releases_csv`)."""
-
-PATHS: Final = (PAGE_PATH, STATS_PATH, RELEASES_JSON_PATH, RELEASES_CSV_PATH)
 
 CHECK_SECONDS: Final = 10.0
 """How often a process asks the database whether a release was added (one indexed count); between two checks

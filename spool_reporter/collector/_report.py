@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import datetime
 import hashlib
+import importlib.resources as _resources
 import math
 import re
 
@@ -37,8 +38,8 @@ from spool_reporter._version import __version__
 from spool_reporter._words import plural
 
 from . import _weeks
-from ._common import DEFAULT_MAX_AGE_DAYS
-from ._public import CHECK_SECONDS, RELEASES_CSV_PATH, RELEASES_JSON_PATH, STATS_PATH
+from ._common import DEFAULT_MAX_AGE_DAYS, RELEASES_CSV_PATH, RELEASES_JSON_PATH, STATS_PATH
+from ._public import CHECK_SECONDS
 from ._release import FINAL, PROVISIONAL, PROVISIONAL_SHARE
 from ._svg import (
     FOLD_CLASS,
@@ -74,63 +75,7 @@ _PALETTE: Final = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc9
 """Tableau 10's first nine colours, for the named series; "other" is grey, the folded values a lighter grey."""
 
 _CSS: Final = (
-    """
-:root { color-scheme: light; }
-body { font: 16px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d2327;
-       background: #fff; margin: 0; }
-main { max-width: 76rem; margin: 0 auto; padding: 1.5rem 1rem 3rem; overflow-wrap: anywhere; }
-h1 { font-size: 1.6rem; line-height: 1.25; margin: 0 0 .4rem; }
-h2 { font-size: 1.2rem; margin: 2.4rem 0 .8rem; }
-p { max-width: 48rem; }
-a { color: #0c4b33; }
-.lead { color: #50575e; margin-top: 0; }
-.headline { font-size: 1.25rem; line-height: 1.4; margin: 1.2rem 0 .5rem; }
-.headline strong { font-size: 1.9rem; color: #0c4b33; font-variant-numeric: tabular-nums; }
-.ci { color: #50575e; font-variant-numeric: tabular-nums; }
-.when { margin: .4rem 0; padding-left: 1.2rem; color: #50575e; font-size: .9rem; max-width: 48rem; }
-.summary { display: flex; flex-wrap: wrap; gap: .75rem 2.5rem; margin: 1.2rem 0 0; padding: 0; list-style: none; }
-.summary li { font-size: .85rem; color: #50575e; }
-.summary strong { display: block; font-size: 1.6rem; color: #0c4b33; font-variant-numeric: tabular-nums; }
-.pair { display: grid; grid-template-columns: minmax(0, 3fr) minmax(0, 2fr); gap: 1.25rem 2rem; align-items: start; }
-@media (max-width: 52rem) { .pair { grid-template-columns: minmax(0, 1fr); } }
-figure { margin: 0; }
-svg.chart { display: block; width: calc(100% - 3.5rem); margin-left: 3.5rem; overflow: visible; }
-svg.chart text { font-size: 12px; fill: #50575e; }
-@media (max-width: 40rem) { svg.chart .wide { display: none; } }
-.grid { stroke: #dcdcde; stroke-width: 1; }
-.trend { stroke: #0c4b33; stroke-width: 2; }
-.point { fill: #0c4b33; }
-.band { fill: #0c4b33; fill-opacity: .16; }
-.few { fill: none; stroke: #787c82; stroke-width: 1; stroke-dasharray: 3 2; }
-.seg { stroke: #fff; stroke-width: .5; }
-.legend { list-style: none; padding: 0; margin: .5rem 0 0 3.5rem; display: flex; flex-wrap: wrap;
-          gap: .2rem 1rem; font-size: .85rem; }
-.sw { display: inline-block; width: .8rem; height: .8rem; margin-right: .35rem; border-radius: 2px;
-      vertical-align: -.05rem; }
-.table { max-height: 21rem; overflow: auto; border: 1px solid #dcdcde; border-radius: 4px;
-         container-type: inline-size; }
-table { border-collapse: collapse; width: 100%; font-size: .85rem; overflow-wrap: normal; }
-caption { text-align: left; font-weight: 600; padding: .45rem 0; }
-th, td { text-align: left; padding: .3rem .6rem; border-bottom: 1px solid #ececec; white-space: nowrap; }
-thead th { position: sticky; top: 0; background: #f6f7f7; white-space: normal; vertical-align: bottom; }
-thead th.fold { min-width: 11rem; }
-caption span { position: sticky; left: .6rem; display: inline-block; max-width: calc(100cqw - 1.2rem); }
-.n { text-align: right; font-variant-numeric: tabular-nums; }
-td.none { color: #787c82; white-space: normal; }
-/* A phone stacks each table row: the week, then its cells side by side as far as they fit, each under its
-   column's name, so that no column is ever out of sight. The header row stays for screen readers only. */
-@media (max-width: 40rem) {
-  .table table, .table tbody, .table caption { display: block; }
-  .table thead { position: absolute; width: 1px; height: 1px; overflow: hidden; clip-path: inset(50%); }
-  .table tr { display: grid; grid-template-columns: repeat(auto-fill, minmax(6.5rem, 1fr)); gap: 0 .4rem;
-              padding: .3rem .6rem; border-bottom: 1px solid #ececec; }
-  .table th, .table td { border: 0; padding: .1rem 0; text-align: left; white-space: normal; }
-  .table tbody th, .table td.none { grid-column: 1 / -1; }
-  .table td[data-label]::before { content: attr(data-label); display: block; font-size: .75rem; color: #50575e; }
-}
-.method li { margin: .3rem 0; max-width: 48rem; }
-footer { margin-top: 2.5rem; font-size: .8rem; color: #787c82; }
-"""
+    _resources.files("spool_reporter.collector").joinpath("page.css").read_text(encoding="utf-8")
     + "".join(f".s{i} {{ fill: {c}; background: {c}; }}\n" for i, c in enumerate(_PALETTE))
     + f".{OTHER_CLASS} {{ fill: #a5a5a5; background: #a5a5a5; }}\n"
     + f".{FOLD_CLASS} {{ fill: #d3d3d3; background: #d3d3d3; }}\n"
@@ -489,6 +434,32 @@ def _fold_label(thresholds: Sequence[int], *, more: int) -> str:
     return f"{label}, and {more} less common {plural(more, 'value')}" if more else label
 
 
+def _share_columns(
+    known: dict[str, _Released], window: list[str], name: str, series: list[Series], fold: Series
+) -> list[tuple[str, dict[str, int] | None]]:
+    """Each week of ``window`` -> the estimated developers of each series of breakdown ``name`` (``None``: the
+    week shows no shares), the folded values as what the week's total leaves."""
+    columns: list[tuple[str, dict[str, int] | None]] = []
+    for label in window:
+        found = known.get(label)
+        cells = found.cells.get(name, {}) if found else {}
+        if found is None or found.developers.fewer_than or not cells:
+            columns.append((label, None))
+            continue
+        counts = {
+            item.key: cells[item.label].estimate
+            for item in series
+            if item.label in cells and not cells[item.label].fewer_than and cells[item.label].estimate > 0
+        }
+        # The folded values are drawn as what the week's total leaves: adding up their clamped estimates would
+        # add the noise of every empty value of the vocabulary (each at least 0), a bias that grows with the list.
+        rest = found.developers.estimate - sum(counts.values())
+        if rest > 0:
+            counts[fold.key] = rest
+        columns.append((label, counts))
+    return columns
+
+
 def _public_breakdown(
     section: tuple[str, str, str, str], weeks: Sequence[_Released], window: list[str], app: str
 ) -> str:
@@ -514,24 +485,7 @@ def _public_breakdown(
         for i, value in enumerate(values)
     ]
     fold = Series("fold", fold_label, FOLD_CLASS)
-    columns: list[tuple[str, dict[str, int] | None]] = []
-    for label in window:
-        found = known.get(label)
-        cells = found.cells.get(name, {}) if found else {}
-        if found is None or found.developers.fewer_than or not cells:
-            columns.append((label, None))
-            continue
-        counts = {
-            item.key: cells[item.label].estimate
-            for item in series
-            if item.label in cells and not cells[item.label].fewer_than and cells[item.label].estimate > 0
-        }
-        # The folded values are drawn as what the week's total leaves: adding up their clamped estimates would
-        # add the noise of every empty value of the vocabulary (each at least 0), a bias that grows with the list.
-        rest = found.developers.estimate - sum(counts.values())
-        if rest > 0:
-            counts[fold.key] = rest
-        columns.append((label, counts))
+    columns = _share_columns(known, window, name, series, fold)
     title = f"{heading} per ISO week, as estimated shares of the week's developers"
     chart = stacked_shares(
         ident,

@@ -13,20 +13,12 @@ import threading
 import time
 
 from ._common import CollectorError
-from ._public import (
-    CHECK_SECONDS,
-    PAGE_PATH,
-    RELEASES_CSV_PATH,
-    RELEASES_JSON_PATH,
-    STATS_PATH,
-    document,
-    releases_csv,
-    releases_json,
-)
+from ._public import CHECK_SECONDS, document, releases_csv, releases_json
 from ._report import CSP_HEADER, render_public
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Final
 
     from ._common import Publishing, Release
@@ -34,6 +26,9 @@ if TYPE_CHECKING:
 
 _JSON_CSP: Final = "default-src 'none'; frame-ancestors 'none'"
 """The JSON and CSV answers run nothing and may not be framed."""
+
+_JSON_HEADERS: Final = [("Content-Security-Policy", _JSON_CSP), ("X-Content-Type-Options", "nosniff")]
+_DOWNLOAD_HEADERS: Final = [*_JSON_HEADERS, ("Content-Disposition", "attachment")]
 
 Answer = tuple[int, bytes, str, list[tuple[str, str]]]
 """(status, body, content type, more headers): what :class:`~._wsgi.Collector` sends."""
@@ -58,16 +53,19 @@ class Served:
         self._checked = -1e18  # monotonic
         self._releases: list[Release] = []
         self._doc: dict[str, object] = {}
-        self._answers: dict[str, Answer] = {}
+        self._answers: dict[str, Answer] = {}  # a builder's name -> its answer
 
-    def answer(self, path: str) -> Answer:
-        """The answer to ``GET path`` for one of :data:`~._public.PATHS`."""
+    def answer(self, build: Callable[[Served], Answer]) -> Answer:
+        """The answer that ``build`` (one of :meth:`page`, :meth:`stats`, :meth:`releases_json` and
+        :meth:`releases_csv`: the route table's, :data:`._wsgi.ROUTES`) makes of the current releases, built once
+        per change."""
         with self._lock:
             if time.monotonic() - self._checked >= self.check_every:
                 self._refresh()
-            got = self._answers.get(path)
+            name = build.__name__
+            got = self._answers.get(name)
             if got is None:
-                got = self._answers[path] = self._build(path)
+                got = self._answers[name] = build(self)
             return got
 
     def _refresh(self) -> None:
@@ -88,21 +86,23 @@ class Served:
                 raise  # nothing to serve instead
         self._checked = time.monotonic()
 
-    def _build(self, path: str) -> Answer:
-        json_headers = [("Content-Security-Policy", _JSON_CSP), ("X-Content-Type-Options", "nosniff")]
-        download = [*json_headers, ("Content-Disposition", "attachment")]
-        if path == PAGE_PATH:
-            page_headers = [
-                ("Content-Security-Policy", CSP_HEADER),
-                ("X-Content-Type-Options", "nosniff"),
-                ("Referrer-Policy", "no-referrer"),
-            ]
-            return 200, render_public(self._doc).encode("utf-8"), "text/html; charset=utf-8", page_headers
-        if path == STATS_PATH:
-            return 200, json.dumps(self._doc, ensure_ascii=True).encode("ascii"), "application/json", json_headers
-        if path == RELEASES_JSON_PATH:
-            return 200, releases_json(self._releases, self.publishing), "application/json", download
-        if path == RELEASES_CSV_PATH:
-            return 200, releases_csv(self._releases, self.publishing), "text/csv; charset=utf-8", download
-        msg = f"not a public path: {path!r}"
-        raise ValueError(msg)
+    def page(self) -> Answer:
+        """``GET /``: the page."""
+        headers = [
+            ("Content-Security-Policy", CSP_HEADER),
+            ("X-Content-Type-Options", "nosniff"),
+            ("Referrer-Policy", "no-referrer"),
+        ]
+        return 200, render_public(self._doc).encode("utf-8"), "text/html; charset=utf-8", headers
+
+    def stats(self) -> Answer:
+        """``GET /v1/stats``: the page's document as JSON."""
+        return 200, json.dumps(self._doc, ensure_ascii=True).encode("ascii"), "application/json", _JSON_HEADERS
+
+    def releases_json(self) -> Answer:
+        """``GET /v1/releases.json``: every release as released, a download."""
+        return 200, releases_json(self._releases, self.publishing), "application/json", _DOWNLOAD_HEADERS
+
+    def releases_csv(self) -> Answer:
+        """``GET /v1/releases.csv``: every released number, a download."""
+        return 200, releases_csv(self._releases, self.publishing), "text/csv; charset=utf-8", _DOWNLOAD_HEADERS

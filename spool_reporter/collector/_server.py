@@ -34,8 +34,9 @@ import threading
 import time
 from urllib.parse import unquote_to_bytes
 
+from ._common import BATCH_PATH, GA4_PATH
 from ._wire import MAX_BODY_BYTES
-from ._wsgi import BATCH_PATH, DRAIN_LIMIT, GA4_PATH, status_line
+from ._wsgi import DRAIN_LIMIT, status_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

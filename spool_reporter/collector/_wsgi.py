@@ -47,6 +47,7 @@ import json
 import logging
 import threading
 import time
+from typing import NamedTuple
 
 from . import _common, _public, _rollup
 from ._common import FORGET_REFUSED, CollectorError, Retention, Row, StoreClosed, Unavailable
@@ -81,13 +82,6 @@ if TYPE_CHECKING:
 
         def close(self, timeout: float = ...) -> None: ...
 
-
-BATCH_PATH: Final = "/v1/batch"
-HEALTH_PATH: Final = "/v1/health"
-FORGET_PATH: Final = "/v1/forget"
-"""``POST`` a client id to delete its stored events (``django-spool forget``)."""
-GA4_PATH: Final = "/mp/collect"
-"""GA4-shaped payloads (the ``ga4`` transport's requests); the query string is ignored."""
 
 DRAIN_FACTOR: Final = 4
 """An oversized body up to this many times the path's cap is read and discarded before the 413, so that the
@@ -305,33 +299,24 @@ class Collector:
         path = str(environ.get("PATH_INFO") or "/")
         method = str(environ.get("REQUEST_METHOD") or "GET").upper()
         try:
-            if path == BATCH_PATH:
-                if method != "POST":
-                    raise _Refusal(405, "use POST", [("Allow", "POST")])
-                return self._batch(environ)
-            if path == GA4_PATH:
-                if method != "POST":
-                    raise _Refusal(405, "use POST", [("Allow", "POST")])
-                return self._ga4(environ)
-            if path == HEALTH_PATH:
-                if method != "GET":
-                    raise _Refusal(405, "use GET", [("Allow", "GET")])
-                return 200, b'{"ok": true}', "application/json", []
-            if path == FORGET_PATH:
-                if method != "POST":
-                    raise _Refusal(405, "use POST", [("Allow", "POST")])
-                return self._forget(environ)
-            if path in _public.PATHS:
-                if method != "GET":
-                    raise _Refusal(405, "use GET", [("Allow", "GET")])
-                self._maybe_rollup()  # releases fall due with time, not only with batches
-                return self.public.answer(path)
-            raise _Refusal(404, "not found")
+            route = _ROUTE_OF.get(path)
+            if route is None:
+                raise _Refusal(404, "not found")
+            if method != route.method:
+                raise _Refusal(405, f"use {route.method}", [("Allow", route.method)])
+            return route.answer(self, environ)
         except _Refusal as refusal:
             text = (refusal.reason + "\n").encode("utf-8", "backslashreplace")
             return refusal.status, text, "text/plain; charset=utf-8", refusal.headers
         except BadRequest as exc:
             return 400, (str(exc) + "\n").encode("utf-8", "backslashreplace"), "text/plain; charset=utf-8", []
+
+    def _health(self, environ: Environ) -> Answer:
+        return 200, b'{"ok": true}', "application/json", []
+
+    def _public(self, build: Callable[[Served], Answer]) -> Answer:
+        self._maybe_rollup()  # releases fall due with time, not only with batches
+        return self.public.answer(build)
 
     def _batch(self, environ: Environ) -> Answer:
         _check_json_request(environ)
@@ -439,3 +424,32 @@ class Collector:
         )
         self._maybe_rollup()
         return inserted
+
+
+class Route(NamedTuple):
+    """One path the collector answers, the one method it takes there, and what answers it."""
+
+    path: str
+    method: str
+    answer: Callable[[Collector, Environ], Answer]
+
+
+def _served(build: Callable[[Served], Answer]) -> Callable[[Collector, Environ], Answer]:
+    """A public route's answer: ``build``'s bytes, built once per release (:class:`~._served.Served`)."""
+    return lambda collector, environ: collector._public(build)
+
+
+ROUTES: Final = (
+    Route(_common.BATCH_PATH, "POST", Collector._batch),
+    Route(_common.GA4_PATH, "POST", Collector._ga4),
+    Route(_common.FORGET_PATH, "POST", Collector._forget),
+    Route(_common.HEALTH_PATH, "GET", Collector._health),
+    Route(_common.PAGE_PATH, "GET", _served(Served.page)),
+    Route(_common.STATS_PATH, "GET", _served(Served.stats)),
+    Route(_common.RELEASES_JSON_PATH, "GET", _served(Served.releases_json)),
+    Route(_common.RELEASES_CSV_PATH, "GET", _served(Served.releases_csv)),
+)
+"""Every path the collector answers, with its method and handler: any other path is ``404``, any other method
+``405`` with ``Allow`` (:meth:`Collector._handle`). The docs' list of endpoints is tested equal to it."""
+
+_ROUTE_OF: Final = {route.path: route for route in ROUTES}

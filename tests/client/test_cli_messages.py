@@ -5,6 +5,7 @@ commands as subprocesses, real loopback servers."""
 from __future__ import annotations
 
 import calendar
+import errno
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from spool_reporter import App
+from spool_reporter._files import folder_problem, record_problem
 from spool_reporter._redact import redact_url
 
 from support.commands import cli, spool_command
@@ -216,3 +218,44 @@ def test_status_says_nothing_of_refusals_that_did_not_happen(sandbox: Sandbox, a
     # A notice never shown is not shown "again".
     (notice,) = [line for line in result.stdout.splitlines() if line.startswith("notice:")]
     assert notice == "notice:        never shown, current 1 (the send wording is shown with the next recorded event)"
+
+
+# --- the words for a folder that cannot be used (spool_reporter/_files.py), on real paths --------------------
+
+
+def test_a_spool_path_through_a_file_is_named(tmp_path: Path) -> None:
+    (tmp_path / "home").write_text("a file where a folder should be")
+    path = str(tmp_path / "home" / "state" / "spool_reporter" / "django")
+    assert folder_problem(path, NotADirectoryError(errno.ENOTDIR, "Not a directory")) == (
+        f"the spool folder {path} cannot be made: {tmp_path / 'home'} is not a folder"
+    )
+    assert record_problem(path) is None  # stat() cannot walk through the file: folder_problem is the one to say
+    spool = tmp_path / "state" / "spool_reporter" / "django"
+    spool.parent.mkdir(parents=True)
+    spool.write_text("a file where the spool folder should be")
+    assert record_problem(str(spool)) == f"events cannot be recorded: the spool folder {spool} is not a folder"
+
+
+def test_a_spool_path_that_vanished_is_still_one_sentence(tmp_path: Path) -> None:
+    path = str(tmp_path / "gone" / "spool_reporter" / "django")  # nothing there to blame: lstat fails at "gone"
+    assert folder_problem(path, OSError(errno.ELOOP, "Too many levels of symbolic links")) == (
+        f"the spool folder {path} is not a folder (or a file stands in its path)"
+    )
+    assert folder_problem(path, OSError(errno.EIO, "Input/output error")) == (
+        f"cannot use the spool folder {path}: Input/output error"
+    )
+    assert record_problem(path) is None  # tmp_path exists and this user may write it
+
+
+def test_a_link_on_the_way_is_followed_only_when_trusted(tmp_path: Path) -> None:
+    """A link of this user (or root) above the last two levels is followed, as the spool code does; one at the
+    last two levels is the blocker the message names."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "via").symlink_to(tmp_path / "real")  # ours, far above the spool folder: trusted
+    (tmp_path / "real" / "state").mkdir()
+    (tmp_path / "real" / "state" / "spool_reporter").symlink_to(tmp_path)  # at the last two levels: refused
+    path = str(tmp_path / "via" / "state" / "spool_reporter" / "django")
+    assert folder_problem(path, OSError(errno.ELOOP, "Too many levels of symbolic links")) == (
+        f"the spool folder {path} is reached through the symbolic link {tmp_path / 'via' / 'state' / 'spool_reporter'}"
+        "; refusing to follow it"
+    )

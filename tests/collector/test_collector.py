@@ -8,6 +8,7 @@ import contextlib
 import datetime
 import http.client
 import http.server
+import io
 import json
 import logging
 import socket
@@ -659,3 +660,40 @@ def test_the_public_names_are_written_down_once_each() -> None:
     assert sorted(documented) == sorted(set(documented)) == sorted(package.__all__)
     for name in package.__all__:
         assert getattr(package, name) is not None
+
+
+def test_the_docs_list_every_route_and_no_other() -> None:
+    """The endpoints table of ``docs/collector.md`` is the route table (``_wsgi.ROUTES``), in its order."""
+    from spool_reporter.collector._wsgi import ROUTES
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "collector.md").read_text(encoding="utf-8")
+    table = text[text.index("(collector-endpoints)=") :].split("\n\n")[1]
+    documented = [line.split("`")[1] for line in table.splitlines()[2:]]
+    assert documented == [f"{route.method} {route.path}" for route in ROUTES]
+
+
+def test_each_route_takes_its_one_method(tmp_path: Path) -> None:
+    """Every route answers another method ``405`` with its own in ``Allow``; a path outside the table ``404``."""
+    from spool_reporter.collector._wsgi import ROUTES
+
+    app = make_app(tmp_path / "c.sqlite3", policy=POLICY)
+
+    def call(method: str, path: str) -> tuple[str, dict[str, str], bytes]:
+        seen: list[tuple[str, list[tuple[str, str]]]] = []
+        environ = {"REQUEST_METHOD": method, "PATH_INFO": path, "wsgi.input": io.BytesIO(b"")}
+        body = b"".join(app(environ, lambda status, headers: seen.append((status, headers))))
+        return seen[0][0], dict(seen[0][1]), body
+
+    try:
+        for route in ROUTES:
+            other = "GET" if route.method == "POST" else "POST"
+            status, headers, body = call(other, route.path)
+            assert (status, headers.get("Allow"), body) == (
+                "405 Method Not Allowed",
+                route.method,
+                f"use {route.method}\n".encode(),
+            ), route.path
+        assert call("GET", "/v1/nothing-here")[0] == "404 Not Found"
+        assert call("GET", "/v1/health")[2] == b'{"ok": true}'
+    finally:
+        app.store.close()

@@ -26,7 +26,16 @@ from hypothesis import strategies as st
 from spool_reporter._event import OS_FAMILIES, OTHER
 from spool_reporter._hook import iso_time
 from spool_reporter.collector import Retention, _release, open_store
-from spool_reporter.collector._common import EPSILON, MAX_EPSILON, Publishing, Release, check_epsilon, parse_epsilon
+from spool_reporter.collector._common import (
+    EPSILON,
+    MAX_EPSILON,
+    Publishing,
+    Release,
+    check_epsilon,
+    check_min_count,
+    parse_epsilon,
+    parse_min_count,
+)
 from spool_reporter.collector._public import (
     CSV_COLUMNS,
     FAMILY_ALPHA,
@@ -53,7 +62,7 @@ from spool_reporter.collector._release import (
 )
 from spool_reporter.collector._rollup import closing_week
 from spool_reporter.collector._store import Store
-from spool_reporter.collector._weeks import first_week_of
+from spool_reporter.collector._weeks import first_week_of, iso_week
 
 from support.events import DAY, at, event_row, monday, week_after
 from support.releases import flat
@@ -817,6 +826,31 @@ def test_parse_epsilon(text: str, value: float) -> None:
 def test_parse_epsilon_refuses(text: str) -> None:
     with pytest.raises(ValueError, match=r"epsilon must be a number above 0 and at most 10, got"):
         parse_epsilon(text)
+
+
+@pytest.mark.parametrize("text", ["1", " 10 ", "999999999"])
+def test_parse_min_count(text: str) -> None:
+    assert parse_min_count(text) == int(text)
+    assert check_min_count(int(text)) == int(text)
+
+
+@pytest.mark.parametrize("text", ["", "0", "-1", "1.5", "ten", "1000000000", "\u0661"])
+def test_parse_min_count_refuses(text: str) -> None:
+    with pytest.raises(ValueError, match=r"the minimum count must be a whole number of at least 1, got"):
+        parse_min_count(text)
+
+
+@pytest.mark.parametrize("value", [0, -3, True, 2.0, "10", None])
+def test_check_min_count_refuses(value: object) -> None:
+    with pytest.raises(ValueError, match=r"min_count must be a whole number of at least 1, got"):
+        check_min_count(value)  # type: ignore[arg-type]
+
+
+def test_iso_week_of_a_time_only_in_its_exact_form() -> None:
+    assert iso_week("2026-12-03T08:15:48Z") == "2026-W49"
+    assert iso_week("2027-01-03T23:59:59Z") == "2026-W53"
+    for bad in ("2026-12-03", "2026-12-03T08:15:48+00:00", "2026-02-30T00:00:00Z", "tomorrow"):
+        assert iso_week(bad) is None
 
 
 def test_first_week_of() -> None:
