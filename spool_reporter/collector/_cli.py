@@ -136,12 +136,52 @@ DESCRIPTION: Final = (
 )
 
 
+_TEXTS: Final[dict[str, dict[str, str]]] = {
+    "serve": {
+        "db": "where to store (created if missing)",
+        "help": "receive batches at POST /v1/batch (embedded server, for a laptop or a demo)",
+        "description": "Serve the collector with the embedded server until interrupted (SIGINT or SIGTERM): "
+        "batches at POST /v1/batch, the public page at GET / and its JSON at GET /v1/stats. With --port 0 a "
+        "free port is picked. The first line on stdout is 'listening on URL'. For production, run the WSGI "
+        "application spool_reporter.collector.wsgi:application under gunicorn behind a TLS proxy (see the "
+        "self-hosting docs).",
+    },
+    "stats": {
+        "db": "the collector's database",
+        "help": "distinct developers per ISO week, by Django, Python and OS version",
+        "description": "Print distinct client ids per ISO week, broken down by application (Django) version, "
+        "Python version and OS, from a collector database, and the events it refused.\n\n" + STATS_JSON,
+    },
+    "migrate": {
+        "db": "the database (a SQLite file is created if missing)",
+        "help": "create the collector's tables, or bring an older schema up to date",
+        "description": "Create the collector's tables in the database, or migrate an older schema, and print the "
+        "schema version. serve and the WSGI application do the same when they start; run this once before "
+        "starting several of them, or to check a database.",
+    },
+    "rollup": {
+        "db": "the collector's database",
+        "help": "roll closed weeks up, make the public releases due, delete raw events past the retention",
+        "description": "Close the weeks that can take no more events (they ended more than --max-age-days ago), "
+        "store their numbers in the roll-up tables, which hold no client id, make the public releases that are "
+        "due (a week's provisional numbers once it has ended, its final ones once it is closed; months, quarters "
+        "and years once closed: each made once, with differential privacy, and printed), and delete the raw "
+        "events older than --retain-days. serve and the WSGI application do the same in the background, at "
+        "most once per --rollup-every; run this from cron instead when that is off. Give it the --max-age-days "
+        "and --epsilon of the collectors. Safe to run at any time, and from several hosts at once: one works, "
+        "the others say so.",
+    },
+}
+"""Each command's ``--help`` texts: what its database is for (``db``), its line in the list (``help``), and
+its description."""
+
+
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``serve``, ``stats``, ``migrate`` and ``rollup`` to ``commands``."""
-    _add_serve(commands)
-    _add_stats(commands)
-    _add_migrate(commands)
-    _add_rollup(commands)
+    _serve_options(_command(commands, "serve", cmd_serve, **_TEXTS["serve"]))
+    _stats_options(_command(commands, "stats", cmd_stats, **_TEXTS["stats"]))
+    _migrate_options(_command(commands, "migrate", cmd_migrate, **_TEXTS["migrate"]))
+    _rollup_options(_command(commands, "rollup", cmd_rollup, **_TEXTS["rollup"]))
 
 
 def _add_number(
@@ -194,20 +234,8 @@ def _add_retain(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _serve_options(serve: argparse.ArgumentParser) -> None:
     """``collector serve``: the embedded server and every setting of the collector it runs."""
-    serve = _command(
-        commands,
-        "serve",
-        cmd_serve,
-        db="where to store (created if missing)",
-        help="receive batches at POST /v1/batch (embedded server, for a laptop or a demo)",
-        description="Serve the collector with the embedded server until interrupted (SIGINT or SIGTERM): "
-        "batches at POST /v1/batch, the public page at GET / and its JSON at GET /v1/stats. With --port 0 a "
-        "free port is picked. The first line on stdout is 'listening on URL'. For production, run the WSGI "
-        "application spool_reporter.collector.wsgi:application under gunicorn behind a TLS proxy (see the "
-        "self-hosting docs).",
-    )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port; 0 picks a free one (default: %(default)s)")
     _add_max_age(serve, "refuse events older than this; at most one day ahead is accepted")
@@ -252,17 +280,8 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _add_publishing(serve)
 
 
-def _add_stats(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _stats_options(stats: argparse.ArgumentParser) -> None:
     """``collector stats``: the operator's numbers, or with ``--public`` what was released."""
-    stats = _command(
-        commands,
-        "stats",
-        cmd_stats,
-        db="the collector's database",
-        help="distinct developers per ISO week, by Django, Python and OS version",
-        description="Print distinct client ids per ISO week, broken down by application (Django) version, "
-        "Python version and OS, from a collector database, and the events it refused.\n\n" + STATS_JSON,
-    )
     stats.add_argument("--json", action="store_true", help="print one JSON document instead (described above)")
     stats.add_argument(
         "--html",
@@ -288,18 +307,8 @@ def _add_stats(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     stats.add_argument("--app", default=DEFAULT_APP, help="the application to report (default: %(default)s)")
 
 
-def _add_migrate(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _migrate_options(migrate: argparse.ArgumentParser) -> None:
     """``collector migrate``: create or bring up to date the tables."""
-    migrate = _command(
-        commands,
-        "migrate",
-        cmd_migrate,
-        db="the database (a SQLite file is created if missing)",
-        help="create the collector's tables, or bring an older schema up to date",
-        description="Create the collector's tables in the database, or migrate an older schema, and print the "
-        "schema version. serve and the WSGI application do the same when they start; run this once before "
-        "starting several of them, or to check a database.",
-    )
     migrate.add_argument(
         "--first-week",
         type=_first_week,
@@ -309,23 +318,8 @@ def _add_migrate(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
 
 
-def _add_rollup(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _rollup_options(rollup: argparse.ArgumentParser) -> None:
     """``collector rollup``: close weeks, make the releases due, apply the retention."""
-    rollup = _command(
-        commands,
-        "rollup",
-        cmd_rollup,
-        db="the collector's database",
-        help="roll closed weeks up, make the public releases due, delete raw events past the retention",
-        description="Close the weeks that can take no more events (they ended more than --max-age-days ago), "
-        "store their numbers in the roll-up tables, which hold no client id, make the public releases that are "
-        "due (a week's provisional numbers once it has ended, its final ones once it is closed; months, quarters "
-        "and years once closed: each made once, with differential privacy, and printed), and delete the raw "
-        "events older than --retain-days. serve and the WSGI application do the same in the background, at "
-        "most once per --rollup-every; run this from cron instead when that is off. Give it the --max-age-days "
-        "and --epsilon of the collectors. Safe to run at any time, and from several hosts at once: one works, "
-        "the others say so.",
-    )
     _add_max_age(rollup, "the collectors' maximum event age: weeks that ended longer ago are closed")
     _add_retain(rollup)
     _add_epsilon(rollup)
