@@ -255,6 +255,11 @@ def segments(folder: Folder) -> list[tuple[str, int, int]]:
     return found
 
 
+def event_files(folder: Folder) -> list[str]:
+    """The names of the files that hold queued events, oldest first: the sealed segments, then the active file."""
+    return [name for name, _, _ in segments(folder)] + [ACTIVE_NAME]
+
+
 def read_bytes(folder: Folder, name: str, limit: int) -> bytes | None:
     """Read a regular file of ours, at most ``limit`` bytes; ``None`` if it does not exist."""
     try:
@@ -355,7 +360,7 @@ def summary(folder: Folder) -> dict[str, object]:
     ``refused_by_destination`` (:func:`read_destination_refusals`)."""
     counters = read_counters(folder)
     oldest = None
-    for name in [name for name, _, _ in segments(folder)] + [ACTIVE_NAME]:
+    for name in event_files(folder):
         try:
             data = read_bytes(folder, name, HUGE_ACTIVE_BYTES)
         except OSError:
@@ -376,7 +381,7 @@ def summary(folder: Folder) -> dict[str, object]:
 def unreadable_file(folder: Folder) -> str | None:
     """The name of the first event file of ``folder`` that this user may not read, or ``None``. A missing or
     planted one (a symlink, a FIFO) is not counted: the reader skips it, as the flusher does."""
-    for name in [name for name, _, _ in segments(folder)] + [ACTIVE_NAME]:
+    for name in event_files(folder):
         try:
             os.close(folder.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)))
         except PermissionError:
