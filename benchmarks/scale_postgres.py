@@ -250,7 +250,7 @@ CHILD_ROLLUP = """
 import json, sys, time
 from spool_reporter.collector import open_store
 from spool_reporter.collector._rollup import rollup
-from spool_reporter.collector._store import Retention
+from spool_reporter.collector._common import Retention
 store = open_store(sys.argv[1])
 t0 = time.perf_counter()
 done = rollup(store, now=float(sys.argv[2]), max_age=30 * 86400.0, retention=Retention())
@@ -305,8 +305,8 @@ def one_week(args: argparse.Namespace) -> dict[str, object]:
     from _common import throwaway_postgres
 
     from spool_reporter.collector import open_store
+    from spool_reporter.collector._intake import forget_until
     from spool_reporter.collector._rollup import DELETE_CHUNK
-    from spool_reporter.collector._store import forget_until
 
     server = throwaway_postgres().server(fsync=True)
     url = server.url("week")

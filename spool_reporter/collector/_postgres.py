@@ -14,8 +14,9 @@ new" and the per-client weekly cap exact, while batches of different clients run
 **Durability.** A batch is answered ``2xx`` after its ``COMMIT`` returns, i.e. once PostgreSQL has flushed
 it to its WAL (``synchronous_commit`` ``on``, the default: do not turn it off for this database).
 
-**Schema.** Created and migrated by the collector itself, under a transaction-scoped advisory lock so that
-many processes starting at once migrate once; the version is the one row of ``spool_reporter_schema``.
+**Schema.** Created and migrated by the collector itself (:data:`~._schema.POSTGRES_MIGRATIONS`), under a
+transaction-scoped advisory lock so that many processes starting at once migrate once; the version is the one row
+of ``spool_reporter_schema``.
 Event and client ids are ``uuid`` columns (16 bytes, not 36 characters of text).
 
 **Connections.** A :class:`psycopg_pool.ConnectionPool` per process (:data:`POOL_MIN_SIZE` to
@@ -49,7 +50,7 @@ import time
 
 from spool_reporter._redact import redact_url
 
-from . import _common, _store, _weeks
+from . import _common, _intake, _schema, _store, _weeks
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -102,72 +103,6 @@ _CONNECT_KWARGS: Final[dict[str, Any]] = {
     "application_name": "spool_reporter",
 }
 """How every connection is made (:func:`psycopg.connect`'s arguments besides the URL)."""
-
-_TYPES: Final = {"event_id": "uuid", "client_id": "uuid"}
-"""Column types other than ``text``."""
-
-MIGRATIONS: Final = {
-    1: (
-        "CREATE TABLE IF NOT EXISTS events ("
-        + ", ".join(f"{c} {_TYPES.get(c, 'text')} NOT NULL" for c in _common.COLUMNS)
-        + ", PRIMARY KEY (event_id))",
-    ),
-    2: (
-        "CREATE TABLE IF NOT EXISTS client_weeks ("
-        " client_id uuid NOT NULL, week text NOT NULL, n integer NOT NULL, PRIMARY KEY (client_id, week))",
-        "CREATE TABLE IF NOT EXISTS refusals ("
-        " week text NOT NULL, reason text NOT NULL, n bigint NOT NULL, PRIMARY KEY (week, reason))",
-        "INSERT INTO client_weeks (client_id, week, n) SELECT client_id, week, COUNT(*) FROM events GROUP BY 1, 2 "
-        "ON CONFLICT DO NOTHING",
-    ),
-    3: (
-        # Weeks compare as in Python and SQLite, byte by byte, whatever the database's locale ("2026-W53" <
-        # "2027-W01"): the "C" collation on every week column, so that comparisons and the indexes agree.
-        'ALTER TABLE events ALTER COLUMN week TYPE text COLLATE "C"',
-        'ALTER TABLE client_weeks ALTER COLUMN week TYPE text COLLATE "C"',
-        "CREATE INDEX IF NOT EXISTS events_week ON events (week)",
-        "CREATE TABLE IF NOT EXISTS client_apps ("
-        ' client_id uuid NOT NULL, app text NOT NULL, first_week text COLLATE "C" NOT NULL,'
-        ' last_week text COLLATE "C" NOT NULL, PRIMARY KEY (client_id, app))',
-        "CREATE INDEX IF NOT EXISTS client_apps_first ON client_apps (app, first_week)",
-        "INSERT INTO client_apps (client_id, app, first_week, last_week) "
-        "SELECT client_id, app, MIN(week), MAX(week) FROM events GROUP BY 1, 2 ON CONFLICT DO NOTHING",
-        "CREATE TABLE IF NOT EXISTS rollup_weeks ("
-        ' app text NOT NULL, week text COLLATE "C" NOT NULL, developers bigint NOT NULL, events bigint NOT NULL,'
-        " new_developers bigint NOT NULL, PRIMARY KEY (app, week))",
-        "CREATE TABLE IF NOT EXISTS rollup_cells ("
-        ' app text NOT NULL, week text COLLATE "C" NOT NULL, breakdown text NOT NULL, value text NOT NULL,'
-        " n bigint NOT NULL, PRIMARY KEY (app, week, breakdown, value))",
-        "CREATE TABLE IF NOT EXISTS rollup_state ("
-        ' id integer PRIMARY KEY CHECK (id = 1), closed_through text COLLATE "C" NOT NULL,'
-        ' rolled_through text COLLATE "C" NOT NULL)',
-        "INSERT INTO rollup_state (id, closed_through, rolled_through) VALUES (1, '', '') ON CONFLICT DO NOTHING",
-    ),
-    4: (
-        # The day of an event, never its second (._store); new rows are cut by the insert itself.
-        "UPDATE events SET time = left(time, 10) WHERE length(time) > 10",
-        "CREATE TABLE IF NOT EXISTS releases ("
-        ' app text NOT NULL, period text COLLATE "C" NOT NULL, kind text NOT NULL, made text NOT NULL,'
-        " epsilon double precision NOT NULL, body text NOT NULL, PRIMARY KEY (app, period, kind))",
-        "CREATE TABLE IF NOT EXISTS release_state ("
-        ' id integer PRIMARY KEY CHECK (id = 1), first_week text COLLATE "C" NOT NULL)',
-        # '' is replaced by the week of the migration, in the same transaction.
-        "INSERT INTO release_state (id, first_week) VALUES (1, '') ON CONFLICT DO NOTHING",
-    ),
-    5: (
-        'CREATE TABLE IF NOT EXISTS forgotten (digest text COLLATE "C" PRIMARY KEY, until double precision NOT NULL)',
-        "CREATE TABLE IF NOT EXISTS forget_key (id integer PRIMARY KEY CHECK (id = 1), key text NOT NULL)",
-        # '' is replaced by a random key (secrets.token_hex) in the same transaction.
-        "INSERT INTO forget_key (id, key) VALUES (1, '') ON CONFLICT DO NOTHING",
-        # A forget deletes a client's events week by week in short transactions: through this index each finds
-        # them at once, where the index on week alone made it read the whole week (seconds, at scale). It takes
-        # the place of that index: the statistics' reads of a week use its first column.
-        "CREATE INDEX IF NOT EXISTS events_week_client ON events (week, client_id)",
-        "DROP INDEX IF EXISTS events_week",
-    ),
-}
-"""Schema version -> the statements that reach it from the one before."""
-assert max(MIGRATIONS) == _store.SCHEMA_VERSION
 
 # Parameters travel as one text value each -- a comma-separated list (uuids and ISO weeks hold no comma), or
 # the batch as JSON -- not as arrays: psycopg quotes every element of a text array in Python, which cost
@@ -359,8 +294,8 @@ class PostgresStore(_store.Store):
                 if create:
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK,))
                 version = self._version(conn)
-                if version > _store.SCHEMA_VERSION:
-                    raise _store.newer_schema(self.display, version)
+                if version > _schema.SCHEMA_VERSION:
+                    raise _schema.newer_schema(self.display, version)
                 if create:
                     self._migrate(conn, version)
                 elif version == 0:
@@ -398,14 +333,14 @@ class PostgresStore(_store.Store):
 
     @staticmethod
     def _migrate(conn: psycopg.Connection[Any], version: int) -> None:
-        for target in range(version + 1, _store.SCHEMA_VERSION + 1):
-            for statement in MIGRATIONS[target]:
+        for target in range(version + 1, _schema.SCHEMA_VERSION + 1):
+            for statement in _schema.POSTGRES_MIGRATIONS[target]:
                 conn.execute(statement)
         conn.execute("UPDATE release_state SET first_week = %s WHERE first_week = ''", (_weeks.this_week(time.time()),))
         conn.execute("UPDATE forget_key SET key = %s WHERE key = ''", (secrets.token_hex(32),))
         conn.execute("CREATE TABLE IF NOT EXISTS spool_reporter_schema (version integer NOT NULL)")
         conn.execute("DELETE FROM spool_reporter_schema")
-        conn.execute("INSERT INTO spool_reporter_schema (version) VALUES (%s)", (_store.SCHEMA_VERSION,))
+        conn.execute("INSERT INTO spool_reporter_schema (version) VALUES (%s)", (_schema.SCHEMA_VERSION,))
 
     def schema_version(self) -> int:
         return self._run(self._version)
@@ -511,9 +446,9 @@ class PostgresStore(_store.Store):
                 # The same lock keeps a forget's mark and this batch apart: a forget marked before this point is
                 # seen below, and a forget marking after it waits for this transaction, then finds its rows.
                 cur.execute("SELECT pg_advisory_xact_lock_shared(%s)", (CLOSING_LOCK,))
-                digests = _store.client_digests(rows, self._forget_key(_store.Writer(cur, pyformat=True)))
+                digests = _intake.client_digests(rows, self._forget_key(_store.Writer(cur, pyformat=True)))
                 closed, marked = _one(cur, _BATCH_STATE, (",".join(sorted(digests)),))
-                rows, gone = _store.without_clients(rows, {digests[d] for d in marked or ()})
+                rows, gone = _intake.without_clients(rows, {digests[d] for d in marked or ()})
                 if closed and any(row.week <= closed for row in rows):
                     old = [row for row in rows if row.week <= closed]
                     rows = [row for row in rows if row.week > closed]
@@ -527,8 +462,8 @@ class PostgresStore(_store.Store):
                 cur.execute(_ENSURE_CLIENT_WEEKS, (clients, weeks))
                 used = {(c, w): int(n) for c, w, n in cur.execute(_LOCK_CLIENT_WEEKS, (clients, weeks))}
                 known = {r[0] for r in cur.execute(_KNOWN, (",".join({row.event_id for row in rows}),))}
-                new, groups = _store.group_new(rows, known)
-                kept, taken, limited = _store.apply_cap(new, groups, used, cap)
+                new, groups = _intake.group_new(rows, known)
+                kept, taken, limited = _intake.apply_cap(new, groups, used, cap)
                 if kept:
                     batch = json.dumps(
                         [dict(zip(_common.COLUMNS, row, strict=True)) for row in kept], separators=(",", ":")
@@ -537,10 +472,10 @@ class PostgresStore(_store.Store):
                     items = sorted(taken.items())
                     columns = (",".join(k[0] for k, _ in items), ",".join(k[1] for k, _ in items))
                     cur.execute(_ADD_CLIENT_WEEKS, (*columns, ",".join(str(n) for _, n in items)))
-                    spans = _store.client_apps(kept)  # in key order: two batches lock shared rows in one order
+                    spans = _intake.client_apps(kept)  # in key order: two batches lock shared rows in one order
                     cur.execute(_ADD_CLIENT_APPS, tuple(",".join(span[i] for span in spans) for i in range(4)))
-            mine = _store.refused_here(forgotten=gone, late=late, over_cap=limited)
-            counted = _store.merge_counts(refused, mine)
+            mine = _intake.refused_here(forgotten=gone, late=late, over_cap=limited)
+            counted = _intake.merge_counts(refused, mine)
             if counted:
                 week = _weeks.this_week(time.time() if now is None else now)
                 cur.executemany(_ADD_REFUSAL, sorted((week, reason, n) for reason, n in counted.items()))

@@ -40,7 +40,7 @@ import stat
 import threading
 import time
 
-from . import _common, _store, _weeks
+from . import _common, _intake, _schema, _store, _weeks
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -66,80 +66,6 @@ WRITER_CACHE_KIB: Final = 16 * 1024
 
 FILE_MODE: Final = 0o600
 """The database file (and so its ``-wal`` and ``-shm``): the owner only."""
-
-_EVENTS_DDL: Final = (
-    # A rowid table with a UNIQUE index on event_id, not a WITHOUT ROWID table keyed by it: rows then
-    # append in arrival order and only the small index takes random (uuid) inserts, which keeps the pages a
-    # batch dirties, and so the WAL written per batch, several times smaller (benchmarks/bench_collector.py).
-    # No index for the statistics: they scan the table, which costs a report a second per ~million events
-    # and costs every insert nothing.
-    "CREATE TABLE IF NOT EXISTS events ("
-    " event_id TEXT NOT NULL UNIQUE,"
-    " event TEXT NOT NULL, app TEXT NOT NULL, app_version TEXT NOT NULL,"
-    " python TEXT NOT NULL, python_version TEXT NOT NULL,"
-    " os TEXT NOT NULL, os_release TEXT NOT NULL, arch TEXT NOT NULL,"
-    " client_id TEXT NOT NULL, time TEXT NOT NULL, week TEXT NOT NULL"
-    ")"
-)
-MIGRATIONS: Final = {
-    1: (_EVENTS_DDL,),
-    2: (
-        "CREATE TABLE IF NOT EXISTS client_weeks ("
-        " client_id TEXT NOT NULL, week TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (client_id, week)"
-        ") WITHOUT ROWID",
-        "CREATE TABLE IF NOT EXISTS refusals ("
-        " week TEXT NOT NULL, reason TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (week, reason)"
-        ") WITHOUT ROWID",
-        # The cap counts what is already stored, so a database from schema 1 starts with its history.
-        "INSERT OR IGNORE INTO client_weeks (client_id, week, n) "
-        "SELECT client_id, week, COUNT(*) FROM events GROUP BY 1, 2",
-    ),
-    3: (
-        # A batch's rows take this index at one place or two (their weeks), so it costs an insert ~4 % of its
-        # CPU; the statistics then read the open weeks, not the table. An index by client id cost 19 %
-        # (benchmarks/bench_collector.py): client_apps and client_weeks answer those questions instead.
-        "CREATE INDEX IF NOT EXISTS events_week ON events (week)",
-        "CREATE TABLE IF NOT EXISTS client_apps ("
-        " client_id TEXT NOT NULL, app TEXT NOT NULL, first_week TEXT NOT NULL, last_week TEXT NOT NULL,"
-        " PRIMARY KEY (client_id, app)"
-        ") WITHOUT ROWID",
-        "CREATE INDEX IF NOT EXISTS client_apps_first ON client_apps (app, first_week)",
-        "INSERT OR IGNORE INTO client_apps (client_id, app, first_week, last_week) "
-        "SELECT client_id, app, MIN(week), MAX(week) FROM events GROUP BY 1, 2",
-        "CREATE TABLE IF NOT EXISTS rollup_weeks ("
-        " app TEXT NOT NULL, week TEXT NOT NULL, developers INTEGER NOT NULL, events INTEGER NOT NULL,"
-        " new_developers INTEGER NOT NULL, PRIMARY KEY (app, week)"
-        ") WITHOUT ROWID",
-        "CREATE TABLE IF NOT EXISTS rollup_cells ("
-        " app TEXT NOT NULL, week TEXT NOT NULL, breakdown TEXT NOT NULL, value TEXT NOT NULL, n INTEGER NOT NULL,"
-        " PRIMARY KEY (app, week, breakdown, value)"
-        ") WITHOUT ROWID",
-        "CREATE TABLE IF NOT EXISTS rollup_state ("
-        " id INTEGER PRIMARY KEY CHECK (id = 1), closed_through TEXT NOT NULL, rolled_through TEXT NOT NULL,"
-        " lease_until REAL NOT NULL"
-        ")",
-        "INSERT OR IGNORE INTO rollup_state (id, closed_through, rolled_through, lease_until) VALUES (1, '', '', 0)",
-    ),
-    4: (
-        # The day of an event, never its second (._store); new rows are cut by the insert itself.
-        "UPDATE events SET time = substr(time, 1, 10) WHERE length(time) > 10",
-        "CREATE TABLE IF NOT EXISTS releases ("
-        " app TEXT NOT NULL, period TEXT NOT NULL, kind TEXT NOT NULL, made TEXT NOT NULL, epsilon REAL NOT NULL,"
-        " body TEXT NOT NULL, PRIMARY KEY (app, period, kind)"
-        ") WITHOUT ROWID",
-        "CREATE TABLE IF NOT EXISTS release_state (id INTEGER PRIMARY KEY CHECK (id = 1), first_week TEXT NOT NULL)",
-        # '' is replaced by the week of the migration (_store.FIRST_WEEK_UNSET), in the same transaction.
-        "INSERT OR IGNORE INTO release_state (id, first_week) VALUES (1, '')",
-    ),
-    5: (
-        "CREATE TABLE IF NOT EXISTS forgotten (digest TEXT PRIMARY KEY, until REAL NOT NULL) WITHOUT ROWID",
-        "CREATE TABLE IF NOT EXISTS forget_key (id INTEGER PRIMARY KEY CHECK (id = 1), key TEXT NOT NULL)",
-        # '' is replaced by a random key (secrets.token_hex) in the same transaction.
-        "INSERT OR IGNORE INTO forget_key (id, key) VALUES (1, '')",
-    ),
-}
-"""Schema version -> the statements that reach it from the one before (``PRAGMA user_version`` records it)."""
-assert max(MIGRATIONS) == _store.SCHEMA_VERSION
 
 _INSERT: Final = (
     f"INSERT OR IGNORE INTO events ({', '.join(_common.COLUMNS)}) "  # noqa: S608 - fixed column names
@@ -317,8 +243,8 @@ class SQLiteStore(_store.Store):
         with _store.closed_on_failure(conn):
             try:
                 version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-                if version > _store.SCHEMA_VERSION:
-                    raise _store.newer_schema(self.path, version)
+                if version > _schema.SCHEMA_VERSION:
+                    raise _schema.newer_schema(self.path, version)
                 if create:
                     self._migrate(conn)
                 elif version == 0 and not self._has_events(conn):
@@ -342,14 +268,14 @@ class SQLiteStore(_store.Store):
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
             if version == 0 and self._has_events(conn):
                 version = 1  # written before versions were recorded: the same table
-            for target in range(version + 1, _store.SCHEMA_VERSION + 1):
-                for statement in MIGRATIONS[target]:
+            for target in range(version + 1, _schema.SCHEMA_VERSION + 1):
+                for statement in _schema.SQLITE_MIGRATIONS[target]:
                     conn.execute(statement)
             conn.execute(
                 "UPDATE release_state SET first_week = ? WHERE first_week = ''", (_weeks.this_week(time.time()),)
             )
             conn.execute("UPDATE forget_key SET key = ? WHERE key = ''", (secrets.token_hex(32),))
-            conn.execute(f"PRAGMA user_version = {_store.SCHEMA_VERSION}")
+            conn.execute(f"PRAGMA user_version = {_schema.SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -510,18 +436,18 @@ class SQLiteStore(_store.Store):
         """One batch, inside the group's write transaction (so no other writer can add rows meanwhile)."""
         cap = self.limits.per_client_week
         rows, refused = job.rows, job.refused
-        digests = _store.client_digests(rows, self._forget_key(_store.Writer(conn)))
-        rows, gone = _store.without_clients(rows, {digests[d] for d in _forgotten(conn, sorted(digests))})
+        digests = _intake.client_digests(rows, self._forget_key(_store.Writer(conn)))
+        rows, gone = _intake.without_clients(rows, {digests[d] for d in _forgotten(conn, sorted(digests))})
         ids = list({row.event_id for row in rows})
         known: set[str] = set()
         for start in range(0, len(ids), _CHUNK):
             chunk = ids[start : start + _CHUNK]
             query = f"SELECT event_id FROM events WHERE event_id IN ({','.join('?' * len(chunk))})"  # noqa: S608
             known.update(r[0] for r in conn.execute(query, chunk))
-        new, groups = _store.group_new(rows, known)
+        new, groups = _intake.group_new(rows, known)
         # The write transaction excludes close_weeks(): the closed weeks read here stay closed until COMMIT.
         (closed,) = conn.execute("SELECT closed_through FROM rollup_state").fetchone()
-        new, groups, late = _store.drop_closed(new, groups, closed)
+        new, groups, late = _intake.drop_closed(new, groups, closed)
         used: dict[tuple[str, str], int] = {}
         if cap > 0 and groups:
             clients = list({client for client, _ in groups})
@@ -534,12 +460,12 @@ class SQLiteStore(_store.Store):
                 for client, week, n in conn.execute(query, chunk):
                     if (client, week) in groups:
                         used[(client, week)] = int(n)
-        kept, taken, limited = _store.apply_cap(new, groups, used, cap)
+        kept, taken, limited = _intake.apply_cap(new, groups, used, cap)
         conn.executemany(_INSERT, kept)
         conn.executemany(_ADD_CLIENT_WEEK, [(client, week, n) for (client, week), n in taken.items()])
-        conn.executemany(_ADD_CLIENT_APP, _store.client_apps(kept))
-        mine = _store.refused_here(forgotten=gone, late=late, over_cap=limited)
-        counted = _store.merge_counts(refused, mine)
+        conn.executemany(_ADD_CLIENT_APP, _intake.client_apps(kept))
+        mine = _intake.refused_here(forgotten=gone, late=late, over_cap=limited)
+        counted = _intake.merge_counts(refused, mine)
         if counted:
             week = _weeks.this_week(time.time() if job.now is None else job.now)
             conn.executemany(_ADD_REFUSAL, sorted((week, reason, n) for reason, n in counted.items()))

@@ -51,8 +51,9 @@ from typing import NamedTuple
 
 from . import _common, _public, _rollup
 from ._common import FORGET_REFUSED, CollectorError, Retention, Row, StoreClosed, Unavailable
+from ._intake import forget_until, merge_counts
 from ._served import Served
-from ._store import Inserted, Store, forget_until, merge_counts
+from ._store import Inserted, Store
 from ._wire import (
     FORGET_MAX_BODY_BYTES,
     GA4_MAX_BODY_BYTES,

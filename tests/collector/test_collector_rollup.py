@@ -21,7 +21,8 @@ from spool_reporter._hook import iso_time
 from spool_reporter.collector import CollectorError, Retention, open_store, stats
 from spool_reporter.collector._common import TOO_OLD, Row
 from spool_reporter.collector._rollup import check_retention, closing_week, rollup
-from spool_reporter.collector._store import SCHEMA_VERSION, Store
+from spool_reporter.collector._schema import SCHEMA_VERSION
+from spool_reporter.collector._store import Store
 from spool_reporter.collector._weeks import this_week, week_before, week_of_valid
 
 from support import pg
@@ -293,7 +294,7 @@ def test_rollup_from_an_old_schema(tmp_path: Path) -> None:
     """A schema 2 database (no roll-up tables, no indexes) migrates and rolls up."""
     import sqlite3
 
-    from spool_reporter.collector._sqlite import MIGRATIONS
+    from spool_reporter.collector._schema import SQLITE_MIGRATIONS as MIGRATIONS
 
     db = tmp_path / "old.sqlite3"
     conn = sqlite3.connect(db)

@@ -19,7 +19,8 @@ import pytest
 from spool_reporter._redact import redact_url
 from spool_reporter.collector import CollectorError, Limits, Policy, StoreClosed, make_app, open_store, stats
 from spool_reporter.collector._common import COLUMNS, OVER_CAP, Row
-from spool_reporter.collector._store import SCHEMA_VERSION, Store
+from spool_reporter.collector._schema import SCHEMA_VERSION
+from spool_reporter.collector._store import Store
 
 from support.collector_server import call_wsgi
 from support.events import CLOCK, POLICY, batch, event, rows_of, store_sample_events
@@ -254,13 +255,13 @@ def test_migrates_schema_1(db_url: str, opened: list[Store]) -> None:
         import psycopg
 
         with psycopg.connect(db_url, autocommit=True) as conn:
-            from spool_reporter.collector._postgres import MIGRATIONS
+            from spool_reporter.collector._schema import POSTGRES_MIGRATIONS as MIGRATIONS
 
             conn.execute(MIGRATIONS[1][0])
             for row in rows:
                 conn.execute(f"INSERT INTO events VALUES ({', '.join(['%s'] * len(row))})", row)
     else:
-        from spool_reporter.collector._sqlite import MIGRATIONS
+        from spool_reporter.collector._schema import SQLITE_MIGRATIONS as MIGRATIONS
 
         conn = sqlite3.connect(db_url)
         conn.execute(MIGRATIONS[1][0])
