@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--env-prefix", help="its environment variable prefix")
     args = parser.parse_args(argv)
     # One deadline for the run and its watchdog, taken now: the sends end by it, the bookkeeping within
-    # SETTLE_SECONDS after it, and only then (_flush.WATCHDOG_GRACE) may the watchdog end the process.
+    # _round.SETTLE_SECONDS after it, and only then (_flush.WATCHDOG_GRACE) may the watchdog end the process.
     deadline = time.monotonic() + _settings.tuning().deadline
     _arm_watchdog(deadline)
     if args.app == "django" and not (args.name or args.config_name or args.env_prefix):

@@ -413,6 +413,18 @@ class NotOurFolder(SpoolError):
     """A level of the spool folder that must be this user's (:data:`~._hook.OWN_LEVELS`) belongs to another."""
 
 
+def read_bytes(folder: Folder, name: str, limit: int) -> bytes | None:
+    """Read a regular file of ours, at most ``limit`` bytes; ``None`` if it does not exist."""
+    try:
+        fd = folder.open(name, READ_FLAGS)
+    except FileNotFoundError:
+        return None
+    try:
+        return read_open(fd, name, limit)
+    finally:
+        os.close(fd)
+
+
 def _denied(path: str) -> str:
     """The folder that refuses access on the way to ``path``: the first one this user cannot enter, else
     ``path`` itself (which it cannot read)."""

@@ -6,58 +6,40 @@ whole life of a flusher.
 
 **One deadline.** A run ends within :data:`~._settings.DEADLINE` seconds, whatever the network does: each
 request is sent by :class:`._http.Sender`, which abandons it at the deadline (DNS look-ups and trickling servers
-included, which no socket timeout bounds); the bookkeeping after it waits at most :data:`SETTLE_SECONDS` for the
-spool lock, and only :data:`WATCHDOG_GRACE` after the deadline may the detached process's watchdog end it.
+included, which no socket timeout bounds); the bookkeeping after it waits at most :data:`~._round.SETTLE_SECONDS` for
+the spool lock, and only :data:`WATCHDOG_GRACE` after the deadline may the detached process's watchdog end it.
 
 **Rounds.** After a round without a failure the run releases the flusher lock, then looks for events recorded
 meanwhile and, if it can take the lock again at once, sends them in another round (:func:`_drain`), at most
 :data:`DRAIN_ROUNDS` rounds within the one deadline.
 
-**Delivery.** At least once: claim by rename under the spool lock, send sealed segments oldest first,
-delete a segment's events only after their batch got a 2xx (a partly sent segment is rewritten with the
-unsent lines, temporary file + rename, under the lock). 4xx other than 408/429 drop that batch (counted as
-``rejected``); timeouts, connection errors, 3xx, 408, 429 and 5xx keep everything and back off
-(:mod:`._state` writes the outcome, the back-off and the log).
-
-**Counting.** A 2xx whose body is a JSON object with a ``refused`` mapping (the collector's answer,
-``{"refused": {"over_cap": 500}}``) or, from an older collector, only a ``rejected`` count, says that some
-events of the batch were refused for good: they leave the spool like the others but are counted as refused by
-the destination, by reason (:func:`destination_refusals`), not as sent. Any other 2xx (GA4's ``204``, UA's
-answer) means the whole batch was taken.
+**Delivery and counting.** At least once: :mod:`._round` says how a round claims, sends and settles the spool,
+and how a 2xx that refuses some events is counted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from . import _consent, _files, _hook, _sent, _settings, _spawn, _spool, _state
+from . import _consent, _files, _hook, _settings, _spawn, _spool, _state
+from ._counters import refused_text
 from ._hook import FLUSHER_LOCK_FD_ENV, FLUSHER_LOCK_NAME, GATE_NAME, App, iso_time
-from ._http import Answer, Sender
-from ._redact import REDACTED
+from ._http import Answer
+from ._round import SETTLE_SECONDS, SPOOL_LOCK_TIMEOUT, Round
 from ._state import Outcome, log, now
 from ._words import counted
-from .transports import Event, transport_for
 
 __all__ = ["FlushResult", "run"]
 
-SPOOL_LOCK_TIMEOUT: Final = 2.0
-"""Seconds to wait for ``spool.lock``: every holder keeps it for microseconds to milliseconds."""
-
-SETTLE_SECONDS: Final = 1.0
-"""The bookkeeping after the deadline (deleting what was acknowledged, the counters, the state, the back-off)
-waits at most this long for the spool lock in all; what it cannot delete in time stays queued and is sent
-again, with the same ids."""
-
 WATCHDOG_GRACE: Final = 2.0
 """A detached flusher still alive this long after its deadline is ended by :func:`os._exit`: later than any
-bookkeeping (:data:`SETTLE_SECONDS`), measured from the same deadline, so a run that ends on time is never
+bookkeeping (:data:`~._round.SETTLE_SECONDS`), measured from the same deadline, so a run that ends on time is never
 killed while it settles."""
 
 NO_ENDPOINT_RETRY: Final = 3600.0
@@ -68,20 +50,14 @@ UNUSABLE_FOLDER: Final = "cannot use the spool folder"
 """How the message of a run that could not use the spool folder begins (its path and the error follow): the
 wording of ``purge`` and the other commands for the same trouble."""
 
-MAX_REASON_CHARS: Final = 24
-"""A destination's refusal reason longer than this (the collector's longest is 14) is counted as ``other``."""
-
-MAX_REASONS: Final = 32
-"""Distinct reasons taken from one answer (the collector has 19); the rest are counted as ``other``."""
-
 DRAIN_ROUNDS: Final = 5
 """At most this many claim/send rounds in one run (:func:`_drain`): events recorded while a flusher runs leave in
 that run, and a steady stream of them cannot keep one flusher going beyond this."""
 
 DRAIN_SHARE: Final = 0.25
 """Another round starts only while at least this share of the deadline is left (and at least
-:data:`SETTLE_SECONDS`): 5 s of the 20 s, so that a round started late does not run into the deadline, count as a
-failure and back off."""
+:data:`~._round.SETTLE_SECONDS`): 5 s of the 20 s, so that a round started late does not run into the deadline,
+count as a failure and back off."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,258 +89,9 @@ class FlushResult:
     """One line for humans (no secrets)."""
 
 
-def _event_id(event: Event) -> str:
-    return str(event["event_id"])
-
-
-def _reason(value: str) -> str:
-    """``value`` if it is a short ``[a-z_]`` word, else ``other`` (nothing else reaches a file or a screen)."""
-    if 0 < len(value) <= MAX_REASON_CHARS and all(c == "_" or "a" <= c <= "z" for c in value):
-        return value
-    return "other"
-
-
-def destination_refusals(body: bytes, size: int) -> dict[str, int]:
-    """The events of a batch of ``size`` that a 2xx answer ``body`` says were refused, by reason; ``{}`` for a
-    body that says nothing of the kind (all were taken).
-
-    Nothing of the answer is trusted: a reason that is not a short ``[a-z_]`` word is ``other``, a count that is
-    not an integer ``>= 0`` is ignored, and the total never exceeds ``size`` (the reasons in order take what is
-    left). From a collector that answers a ``rejected`` count only, that count is the reason ``rejected``.
-    """
-    try:
-        doc = json.loads(body) if body.lstrip()[:1] == b"{" else None
-    except (ValueError, RecursionError):
-        return {}
-    if not isinstance(doc, dict):
-        return {}
-    raw = doc.get("refused")
-    if isinstance(raw, dict):
-        items = list(raw.items())
-    elif "refused" not in doc and "rejected" in doc:
-        items = [("rejected", doc["rejected"])]
-    else:
-        return {}
-    counts: dict[str, int] = {}
-    for key, n in items:
-        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
-            continue
-        reason = _reason(key)
-        if reason not in counts and len(counts) >= MAX_REASONS:
-            reason = "other"
-        counts[reason] = counts.get(reason, 0) + n
-    out: dict[str, int] = {}
-    left = max(0, size)
-    for reason in sorted(counts):
-        take = min(counts[reason], left)
-        if take:
-            out[reason] = take
-            left -= take
-    return out
-
-
-class _Round:
-    """One round of a run (:func:`_drain` makes one for each round), once the flusher lock is held: the folder, the
-    destination, the deadline and what was sent."""
-
-    def __init__(
-        self,
-        *,
-        app: App,
-        folder: _hook.Folder,
-        env: Mapping[str, str],
-        user: dict[str, str] | None,
-        destination: _settings.Destination,
-        tune: _settings.Tuning,
-        deadline: float,
-        progress: Callable[[int, int], None] | None,
-    ) -> None:
-        self.app = app
-        self.env = env
-        self.folder = folder
-        self.user = user
-        self.destination = destination
-        self.tune = tune
-        self.deadline = deadline
-        self.progress = progress
-        self.transport = transport_for(destination)
-        self.sender = Sender(destination.request_url(), env, tune, deadline)
-        self.sent = 0
-        self.rejected = 0
-        self.failed = 0
-        self.refused: dict[str, int] = {}
-        """Events the destination refused inside a 2xx this run, by reason."""
-        self.sent_ids: set[str] = set()
-        self.stopped: _hook.Decision | None = None
-        """The decision that stopped this run: the user said no (or chose local mode) while it was sending."""
-
-    @property
-    def spool_lock(self) -> _files.FolderLock:
-        """The spool lock, waited for at most :data:`SPOOL_LOCK_TIMEOUT` and never past the deadline plus
-        :data:`SETTLE_SECONDS` (then :class:`~._files.LockTimeout`): the watchdog comes after that."""
-        left = self.deadline + SETTLE_SECONDS - time.monotonic()
-        return _files.FolderLock(self.folder, _hook.LOCK_NAME, max(0.0, min(SPOOL_LOCK_TIMEOUT, left)))
-
-    def secretless(self, text: str) -> str:
-        secret = self.destination.api_secret
-        return text.replace(secret, REDACTED) if secret else text
-
-    def claim(self) -> list[tuple[str, int, int]]:
-        """Seal the active file and enforce the caps, under the spool lock; the sealed segments, oldest first."""
-        with self.spool_lock:
-            for note in _spool.tidy(self.folder, now()):  # what killed processes and planted folders left
-                log(self.folder, note)
-            _spool.seal_active(self.folder)
-            for name, _, size in _spool.segments(self.folder):
-                if size > _hook.HUGE_ACTIVE_BYTES:  # damaged: whole lines are kept, overlong ones counted
-                    kept, bad = _spool.recut(self.folder, name)
-                    log(self.folder, f"re-cut {name}: {kept} lines kept, {bad} bad")
-            _spool.enforce_caps(
-                self.folder,
-                _hook.int_setting(self.user, "max_events", _hook.MAX_EVENTS),
-                _hook.int_setting(self.user, "max_bytes", _hook.MAX_BYTES),
-            )
-            return _spool.segments(self.folder)
-
-    def settle(
-        self,
-        name: str,
-        events: Sequence[Event],
-        done: set[str],
-        bad: int,
-        rejected: int,
-        *,
-        refused: Mapping[str, int] | None = None,
-    ) -> None:
-        """Under the lock: drop the done events (and bad lines) from segment ``name``, count what was lost and
-        what the destination ``refused`` (by reason)."""
-        keep = [e for e in events if _event_id(e) not in done]
-        with self.spool_lock:
-            _spool.add_destination_refusals(self.folder, refused or {})
-            try:
-                self.folder.lstat(name)
-            except FileNotFoundError:
-                # The caps (or a purge) removed it meanwhile and counted its lines already.
-                _spool.add_counter(self.folder, "rejected", rejected)
-                return
-            if not keep:
-                self.folder.unlink(name)
-            elif len(keep) < len(events) or bad:
-                data = b"".join(
-                    json.dumps(e, separators=(",", ":"), ensure_ascii=True).encode("ascii") + b"\n" for e in keep
-                )
-                prefix = name[: -len(_hook.SEGMENT_SUFFIX)].rsplit("-", 2)[0]  # keeps its place in the order
-                new = f"{prefix}-{os.getpid()}-{len(keep)}{_hook.SEGMENT_SUFFIX}"
-                tmp = _files.write_new(self.folder, new, data)
-                self.folder.rename(tmp, new)
-                if new != name:
-                    self.folder.unlink(name)
-            _spool.add_counter(self.folder, "rejected", rejected)
-            _spool.add_counter(self.folder, "corrupt", bad)
-
-    def send_segment(self, name: str, total: int, done_before: int) -> tuple[Answer | None, int]:
-        """Send one segment batch by batch, holding it as :class:`~._spool.Sending` (the caps leave it alone).
-        Returns the failed answer (or ``None``) and the events handled."""
-        with _spool.Sending(self.folder, name) as sending:
-            if not sending.held:
-                return None, 0  # the caps (which counted it) or a purge took it since the claim
-            return self._send_segment(name, total, done_before)
-
-    def _send_segment(self, name: str, total: int, done_before: int) -> tuple[Answer | None, int]:
-        try:
-            data = _spool.read_bytes(self.folder, name, _hook.HUGE_ACTIVE_BYTES + 1)
-        except FileNotFoundError:
-            return None, 0
-        except OSError:
-            data = None
-        if data is None or len(data) > _hook.HUGE_ACTIVE_BYTES:
-            # Replaced since the claim by something that is not a segment of ours: it never leaves the machine.
-            with self.spool_lock:
-                _files.set_aside(self.folder, name)
-            return None, 0
-        events, bad = _spool.parse_lines(data)
-        done = {_event_id(e) for e in events if _event_id(e) in self.sent_ids}  # duplicates of this run
-        prepared = self.transport.prepare([e for e in events if _event_id(e) not in done], now=now())
-        rejected = 0
-        for event, reason in prepared.rejected:
-            done.add(_event_id(event))
-            rejected += 1
-            self.rejected += 1
-            log(self.folder, f"rejected {_event_id(event)}: {reason}")
-        failure: Answer | None = None
-        handled = len(done)
-        refused: dict[str, int] = {}  # by the destination, in this segment
-        for batch in prepared.batches:
-            if not self.may_send(name):
-                break
-            answer = self.sender.send(batch.request)
-            if answer.attempted:  # answered or not: it may have left
-                _sent.append(self.folder, batch, answer, self.secretless)
-            ids = {_event_id(e) for e in batch.events}
-            if answer.kind == "ok":
-                fresh = len(ids - self.sent_ids)
-                turned = destination_refusals(answer.body, fresh)
-                self.sent += fresh - sum(turned.values())
-                self.sent_ids |= ids
-                done |= ids
-                for reason, n in turned.items():
-                    refused[reason] = refused.get(reason, 0) + n
-                    self.refused[reason] = self.refused.get(reason, 0) + n
-                if turned:
-                    log(
-                        self.folder,
-                        f"batch of {len(ids)}: the destination refused " + _spool.refused_text(turned),
-                    )
-            elif answer.kind == "drop":
-                done |= ids
-                rejected += len(ids)
-                self.rejected += len(ids)
-                log(
-                    self.folder,
-                    self.secretless(f"batch of {len(ids)} refused: {answer.describe()}"),
-                )
-            else:
-                self.failed += len(ids)
-                failure = answer
-                break
-            handled += len(ids)
-            if self.progress is not None:
-                self.progress(done_before + handled, total)
-        self.settle(name, events, done, bad, rejected, refused=refused)
-        return failure, handled
-
-    def may_send(self, name: str) -> bool:
-        """Whether the next request of segment ``name`` may leave. The user's choice is read again before each
-        request (two small files): a ``disable``, ``enable --local`` or opt-out switch that lands while this run
-        sends stops it (:attr:`stopped`), and only the request already on the wire can still arrive. A segment
-        that ``purge`` deleted meanwhile sends nothing more either."""
-        user, policy = _hook.read_inputs(self.app, self.env)
-        decision = _hook.decide(self.app, self.env, user, policy)
-        if not decision.enabled or decision.local:
-            self.stopped = decision
-            return False
-        try:
-            self.folder.lstat(name)
-        except FileNotFoundError:
-            return False
-        return True
-
-    def send_all(self, segments: list[tuple[str, int, int]]) -> Answer | None:
-        total = sum(count for _, count, _ in segments)
-        done = 0
-        for name, _count, _size in segments:
-            failure, handled = self.send_segment(name, total, done)
-            done += handled
-            if failure is not None:
-                return failure
-            if self.stopped is not None:
-                break
-        return None
-
-
 def purge(app: App, env: Mapping[str, str], *, busy_ok: bool = False) -> int:
     """What a run deletes when the user said no: the queue and the local folder, under the spool locks (waited
-    for :data:`SPOOL_LOCK_TIMEOUT`); how many events. 0 when there is no folder of ours; a lock that stays busy
+    for :data:`~._round.SPOOL_LOCK_TIMEOUT`); how many events. 0 when there is no folder of ours; a lock that stays busy
     raises :class:`~._files.LockTimeout`, or, with ``busy_ok`` (``forget``), is 0 too: the hook holds it for
     microseconds, a flusher for a rename, so only a stuck process keeps it."""
     from ._local import purge_app
@@ -482,7 +209,7 @@ def _decide_and_drain(
         # once the flusher lock is ours. Every round of the run shares it.
         until = time.monotonic() + tune.deadline if deadline is None else deadline
         job = functools.partial(
-            _Round,
+            Round,
             app=app,
             folder=folder,
             env=env,
@@ -497,7 +224,7 @@ def _decide_and_drain(
 
 
 def _drain(
-    folder: _hook.Folder, job: Callable[[], _Round], release: Callable[[], None], *, ignore_backoff: bool
+    folder: _hook.Folder, job: Callable[[], Round], release: Callable[[], None], *, ignore_backoff: bool
 ) -> tuple[list[FlushResult], int | None]:
     """Claim/send rounds, the first with flusher.lock held (``release`` lets it go): each round's result, and the
     events found queued after the last one (``None`` if not looked at).
@@ -510,7 +237,7 @@ def _drain(
     it finds flusher.lock already free, so its command can start a flusher (when its spawn gate is open: a
     long-lived command's is, unless the back-off holds). If another flusher took flusher.lock in between, that
     one sends them. It stops after :data:`DRAIN_ROUNDS` rounds, or when less than :data:`DRAIN_SHARE` of the
-    deadline (at least :data:`SETTLE_SECONDS`) is left; then what came last waits for the next command.
+    deadline (at least :data:`~._round.SETTLE_SECONDS`) is left; then what came last waits for the next command.
     """
     results: list[FlushResult] = []
     while True:
@@ -547,7 +274,7 @@ def sent_text(sent: int, url: str | None, *, rejected: int = 0, refused: Mapping
     text = f"sent {counted(sent, 'event')}" + (f" to {url}" if url is not None else "")
     text += f", {rejected} rejected" if rejected else ""
     if refused:
-        text += f"; the destination refused {_spool.refused_text(refused, 'event')}"
+        text += f"; the destination refused {refused_text(refused, 'event')}"
     return text
 
 
@@ -609,8 +336,8 @@ def _inherited_lock(env: Mapping[str, str], folder: _hook.Folder) -> int | None:
     return fd
 
 
-def _stopped(job: _Round, decision: _hook.Decision, refused: dict[str, int], turned: str) -> FlushResult:
-    """The end of a run that the user's "no" stopped (:meth:`_Round.may_send`): what was deleted, and what was
+def _stopped(job: Round, decision: _hook.Decision, refused: dict[str, int], turned: str) -> FlushResult:
+    """The end of a run that the user's "no" stopped (:meth:`._round.Round.may_send`): what was deleted, and what was
     sent before it."""
     purged = purge(job.app, job.env) if decision.hard_off else 0
     outcome: Outcome = "disabled" if not decision.enabled else "local"
@@ -635,7 +362,7 @@ def _stopped(job: _Round, decision: _hook.Decision, refused: dict[str, int], tur
     )
 
 
-def _send_round(job: _Round, *, ignore_backoff: bool) -> FlushResult:
+def _send_round(job: Round, *, ignore_backoff: bool) -> FlushResult:
     folder, tune = job.folder, job.tune
     if not ignore_backoff:
         gate = _hook.mtime(folder, GATE_NAME)
@@ -659,7 +386,7 @@ def _send_round(job: _Round, *, ignore_backoff: bool) -> FlushResult:
     finally:
         job.sender.close()
     refused = dict(sorted(job.refused.items()))
-    turned = f"the destination refused {_spool.refused_text(refused, 'event')}" if refused else ""
+    turned = f"the destination refused {refused_text(refused, 'event')}" if refused else ""
     if job.stopped is not None and failure is None:
         return _stopped(job, job.stopped, refused, turned)
     remaining = _spool.count_queued(folder)

@@ -75,7 +75,7 @@ def send_local(app: App, env: Mapping[str, str], *, wait: float) -> Moved:
         moved = 0
         taken = set(_spool.names(main))
         for name, count, _ in _spool.segments(local):
-            events, _ = _spool.parse_lines(_spool.read_bytes(local, name, _spool.SCAN_LIMIT) or b"")
+            events, _ = _spool.parse_lines(_files.read_bytes(local, name, _spool.SCAN_LIMIT) or b"")
             target = name
             while target in taken:  # another segment of the queue has this name: a fresh one, in order
                 target = _spool.segment_name(count)

@@ -7,8 +7,7 @@ Layout of ``<user state dir>/spool_reporter/<app>/`` (folder ``0700``, files ``0
     spool.jsonl                the active file: the hook appends one line per event
     seg-<ns>-<pid>-<n>.jsonl   sealed segments of <n> lines, oldest first by name; only the flusher
                                reads them, and deletes one only after the destination answered 2xx
-    counters                   ``cap=`` / ``corrupt=`` / ``rejected=`` drop counts, and the destination's
-                               refusals by reason (``destination_<reason>=``) (``key=value``)
+    counters                   the drop counts and the destination's refusals by reason (:mod:`._counters`)
     sent.jsonl, sent.jsonl.1   the record of the requests the flusher sent (:mod:`._sent`; deleted by every
                                purge)
 
@@ -33,7 +32,7 @@ torn line costs that line only, and the reader skips and counts any line that is
 
 The hook owns the folder, the lock and the append (:mod:`spool_reporter._hook`, one module for the command's
 sake); this module owns the rest: sealing, the caps, the aside path, recovery from planted files, clearing what
-killed processes left, purging, the readers and the counters.
+killed processes left, purging and the readers (the counters: :mod:`._counters`).
 """
 
 from __future__ import annotations
@@ -44,9 +43,9 @@ import time
 from collections.abc import Iterator
 
 from . import _files
+from ._counters import REFUSED_NAME, add_counter, read_counters, read_destination_refusals
 from ._hook import (
     ACTIVE_NAME,
-    COUNTERS_NAME,
     HUGE_ACTIVE_BYTES,
     LOCK_NAME,
     LOCK_WAIT_SECONDS,
@@ -61,18 +60,12 @@ from ._hook import (
     SEGMENT_SUFFIX,
     Folder,
     open_ours,
-    parse,
     trusted_file,
 )
-from ._words import counted
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
     from typing import Final
-
-REFUSED_NAME: Final = "refused"
-"""One byte per event refused beside a busy lock past :data:`MAX_ASIDE` (see :func:`append_aside`)."""
 
 ASIDE_PREFIX: Final = ".aside-"
 """:func:`append_aside` writes ``.aside-<pid>-<random>.tmp``, then renames it to a one-line segment."""
@@ -88,22 +81,11 @@ STALE_ASIDE_SECONDS: Final = 60.0
 """An aside file is written and renamed within microseconds: one this old (or whose writer is gone) was left by
 a process killed in between, and :func:`tidy` publishes or removes it."""
 
-DESTINATION_PREFIX: Final = "destination_"
-"""``counters`` keys of events the destination refused inside a 2xx, by its reason (``destination_too_old``):
-no drop counter's key starts so, and neither does ``refused`` (events turned away beside a busy lock)."""
-
-MAX_DESTINATION_REASONS: Final = 32
-"""Distinct reasons kept in ``counters`` (the collector has 19); a further one is counted as ``other``, so a
-hostile destination cannot grow the file past what :func:`read_counters` reads."""
-
 __all__ = [
-    "add_counter",
-    "add_destination_refusals",
     "append_aside",
     "ASIDE_PREFIX",
     "ASIDE_SUFFIX",
     "count_queued",
-    "DESTINATION_PREFIX",
     "enforce_caps",
     "in_flight",
     "iter_lines",
@@ -111,13 +93,8 @@ __all__ = [
     "parse_lines",
     "purge",
     "purge_folder",
-    "read_bytes",
-    "read_counters",
-    "read_destination_refusals",
     "read_queued",
-    "refused_text",
     "recut",
-    "REFUSED_NAME",
     "SCAN_LIMIT",
     "seal_active",
     "segment_count",
@@ -189,7 +166,7 @@ def read_queued(path: str, *, own: int = OWN_LEVELS) -> tuple[list[dict[str, obj
 def _active_lines(folder: Folder) -> int:
     """Lines in the active file (0 if it cannot be read: something planted there holds no event of ours)."""
     try:
-        data = read_bytes(folder, ACTIVE_NAME, HUGE_ACTIVE_BYTES)
+        data = _files.read_bytes(folder, ACTIVE_NAME, HUGE_ACTIVE_BYTES)
     except OSError:
         return 0
     return sum(1 for _ in iter_lines(data or b""))
@@ -260,18 +237,6 @@ def event_files(folder: Folder) -> list[str]:
     return [name for name, _, _ in segments(folder)] + [ACTIVE_NAME]
 
 
-def read_bytes(folder: Folder, name: str, limit: int) -> bytes | None:
-    """Read a regular file of ours, at most ``limit`` bytes; ``None`` if it does not exist."""
-    try:
-        fd = folder.open(name, READ_FLAGS)
-    except FileNotFoundError:
-        return None
-    try:
-        return _files.read_open(fd, name, limit)
-    finally:
-        os.close(fd)
-
-
 def segment_count(name: str) -> int | None:
     """The line count encoded in a segment name, or ``None`` if ``name`` is not a segment."""
     if not (name.startswith(SEGMENT_PREFIX) and name.endswith(SEGMENT_SUFFIX)):
@@ -287,82 +252,15 @@ def segment_name(lines: int, now_ns: int | None = None) -> str:
     return f"{SEGMENT_PREFIX}{ns:020d}-{os.getpid()}-{lines}{SEGMENT_SUFFIX}"
 
 
-def add_counter(folder: Folder, key: str, amount: int) -> None:
-    """Add ``amount`` to drop counter ``key`` in ``counters``. Caller holds the lock."""
-    if amount <= 0:
-        return
-    counts = _counters_file(folder)  # not read_counters: 'refused' lives in its own file
-    counts[key] = counts.get(key, 0) + amount
-    _write_counters(folder, counts)
-
-
-def add_destination_refusals(folder: Folder, refused: Mapping[str, int]) -> None:
-    """Add the events the destination refused (reason -> events, reasons already checked to be short
-    ``[a-z_]`` words) to ``counters`` under ``destination_<reason>``, in one write. Caller holds the lock."""
-    if not any(n > 0 for n in refused.values()):
-        return
-    counts = _counters_file(folder)
-    kinds = sum(1 for k in counts if k.startswith(DESTINATION_PREFIX))
-    for reason, n in sorted(refused.items()):
-        if n <= 0:
-            continue
-        key = DESTINATION_PREFIX + reason
-        if key not in counts and kinds >= MAX_DESTINATION_REASONS:
-            key = DESTINATION_PREFIX + "other"
-        kinds += key not in counts
-        counts[key] = counts.get(key, 0) + n
-    _write_counters(folder, counts)
-
-
-def _write_counters(folder: Folder, counts: dict[str, int]) -> None:
-    _files.replace_file(folder, COUNTERS_NAME, "".join(f"{k}={v}\n" for k, v in sorted(counts.items())).encode("ascii"))
-
-
-def _counters_file(folder: Folder) -> dict[str, int]:
-    try:
-        data = read_bytes(folder, COUNTERS_NAME, 4096)
-    except OSError:
-        data = None
-    values = parse(data or b"") or {}
-    return {k: int(v) for k, v in values.items() if v.isascii() and v.isdigit()}
-
-
-def read_destination_refusals(folder: Folder) -> dict[str, int]:
-    """Events the destination refused inside a 2xx, by its reason (running totals); damage reads as empty."""
-    n = len(DESTINATION_PREFIX)
-    return {k[n:]: v for k, v in _counters_file(folder).items() if k.startswith(DESTINATION_PREFIX) and k[n:]}
-
-
-def refused_text(refused: Mapping[str, int], noun: str = "") -> str:
-    """``"500 (over_cap 500)"``; with ``noun="event"``: ``"1 event (too_old 1)"``, ``"2 events (...)"``."""
-    total = sum(refused.values())
-    head = str(total) if not noun else counted(total, noun)
-    parts = ", ".join(f"{reason} {n}" for reason, n in sorted(refused.items()) if n)
-    return f"{head} ({parts})" if parts else head
-
-
-def read_counters(folder: Folder) -> dict[str, int]:
-    """The drop counters, with ``refused`` (events turned away beside a busy lock); damage reads as empty.
-    The destination's refusals are not drops: :func:`read_destination_refusals` reads them."""
-    counts = {k: v for k, v in _counters_file(folder).items() if not k.startswith(DESTINATION_PREFIX)}
-    try:
-        st = folder.lstat(REFUSED_NAME)
-    except OSError:
-        return counts
-    if trusted_file(st) and st.st_size:
-        counts["refused"] = counts.get("refused", 0) + st.st_size
-    return counts
-
-
 def summary(folder: Folder) -> dict[str, object]:
     """What ``status`` shows of the queue, read without writing anything: ``queued``, ``oldest`` (the time of the
-    oldest queued event, or ``None``), ``dropped`` and ``dropped_by_reason`` (:func:`read_counters`), and
-    ``refused_by_destination`` (:func:`read_destination_refusals`)."""
+    oldest queued event, or ``None``), ``dropped`` and ``dropped_by_reason`` (:func:`~._counters.read_counters`),
+    and ``refused_by_destination`` (:func:`~._counters.read_destination_refusals`)."""
     counters = read_counters(folder)
     oldest = None
     for name in event_files(folder):
         try:
-            data = read_bytes(folder, name, HUGE_ACTIVE_BYTES)
+            data = _files.read_bytes(folder, name, HUGE_ACTIVE_BYTES)
         except OSError:
             continue
         events, _ = parse_lines(data or b"")
@@ -410,7 +308,7 @@ def seal_active(folder: Folder) -> tuple[str, int] | None:
     if st.st_size > HUGE_ACTIVE_BYTES:
         recut(folder, ACTIVE_NAME)
         return None
-    data = read_bytes(folder, ACTIVE_NAME, HUGE_ACTIVE_BYTES) or b""
+    data = _files.read_bytes(folder, ACTIVE_NAME, HUGE_ACTIVE_BYTES) or b""
     lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
     name = segment_name(lines)
     folder.rename(ACTIVE_NAME, name)
@@ -577,8 +475,8 @@ def append_aside(folder: Folder, line: bytes) -> int:
     a process holding it forever): the command must not wait, and the event must not be lost. The line is
     written to a private temporary name (``O_EXCL``) and renamed to a segment name in one step, so the
     flusher never sees it half-written. Beyond :data:`MAX_ASIDE` such files the event is dropped, and
-    counted without the lock: one byte appended to :data:`REFUSED_NAME` (``O_APPEND`` writes of one byte
-    never interleave), whose size ``status`` shows as the ``refused`` drop count.
+    counted without the lock: one byte appended to :data:`~._counters.REFUSED_NAME` (``O_APPEND`` writes of one
+    byte never interleave), whose size ``status`` shows as the ``refused`` drop count.
     Returns 0 (the active file was not touched).
     """
     present = names(folder)
@@ -631,7 +529,7 @@ def _leftover_aside(folder: Folder, name: str, now: float) -> str | None:
         return f"removed {name}: not a file of ours"
     if now - st.st_mtime < STALE_ASIDE_SECONDS and not _writer_gone(name):
         return None
-    data = read_bytes(folder, name, MAX_LINE_BYTES + 2) or b""
+    data = _files.read_bytes(folder, name, MAX_LINE_BYTES + 2) or b""
     if data.endswith(b"\n") and data.count(b"\n") == 1 and len(data) <= MAX_LINE_BYTES + 1:
         new = segment_name(1, max(0, int(st.st_mtime * 1e9)))
         if new not in names(folder):

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
 
-from . import _files, _hook, _settings, _spawn, _spool
+from . import _files, _hook, _settings, _spawn
 from ._hook import GATE_NAME
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def _failures(state: dict[str, object]) -> int:
 def load_state(folder: Folder) -> dict[str, object]:
     """The flusher's own reading of ``state.json`` (its folder open for writing)."""
     try:
-        return _parse(_spool.read_bytes(folder, STATE_NAME, MAX_STATE_BYTES))
+        return _parse(_files.read_bytes(folder, STATE_NAME, MAX_STATE_BYTES))
     except OSError:
         return {}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import filelock
 import pytest
 
-from spool_reporter import App, _flush, _http, _plan, _settings, _state
+from spool_reporter import App, _flush, _http, _plan, _round, _settings, _state
 from spool_reporter._hook import iso_time
 
 from support.polling import wait_for
@@ -507,7 +507,7 @@ def test_spool_lock_held_forever_is_busy_not_a_hang(sandbox: Sandbox, app: App) 
         with filelock.FileLock(str(sandbox.state_dir(app) / "spool.lock")):
             result, took = timed_run(app, env)
         assert result.outcome == "busy"
-        assert took < _flush.SPOOL_LOCK_TIMEOUT + SLACK
+        assert took < _round.SPOOL_LOCK_TIMEOUT + SLACK
         assert not server.received
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from spool_reporter import App, record
+from spool_reporter._counters import read_counters
 from spool_reporter._hook import SEGMENT_BYTES, Folder
-from spool_reporter._spool import count_queued, parse_lines, read_counters
+from spool_reporter._spool import count_queued, parse_lines
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -416,7 +417,7 @@ def test_refused_events_are_counted_without_the_lock(sandbox: Sandbox, app: App)
         holder.communicate(timeout=10)
     with Folder(str(folder), create=False) as f:
         assert read_counters(f) == {"refused": 2}
-        from spool_reporter._spool import add_counter
+        from spool_reporter._counters import add_counter
 
         add_counter(f, "cap", 3)  # other counters never absorb (and so double) the refused count
         assert read_counters(f) == {"cap": 3, "refused": 2}

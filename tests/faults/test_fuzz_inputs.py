@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spool_reporter import _files, _hook, _http, _settings, _spool, _state
+from spool_reporter import _counters, _files, _hook, _http, _settings, _spool, _state
 from spool_reporter._hook import django_app
 from spool_reporter.collector import make_app
 from spool_reporter.transports import Request
@@ -123,7 +123,7 @@ def test_segment_names_and_counters(figures: Figures, tmp_path_factory: pytest.T
         (folder_path / "counters").write_text("".join(f"{k}={''.join(v)}\n" for k, v in counts), encoding="utf-8")
         os.chmod(folder_path / "counters", 0o600)
         with _hook.Folder(str(folder_path), create=False) as folder:
-            tally.call(lambda: _spool.read_counters(folder), known=_non_ascii_digit)
+            tally.call(lambda: _counters.read_counters(folder), known=_non_ascii_digit)
 
     check()
     _report(
