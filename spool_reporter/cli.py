@@ -26,16 +26,14 @@ from ._commands import (
     CommandError,
     Context,
     check_enable_args,
-    check_flush_args,
     cmd_disable,
     cmd_enable,
-    cmd_flush,
     cmd_forget,
     cmd_purge,
     cmd_reset_id,
-    cmd_sent,
     cmd_status,
 )
+from ._commands_flush import check_flush_args, cmd_flush, cmd_sent
 from ._hook import App, django_app
 from ._version import __version__
 

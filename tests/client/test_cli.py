@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from spool_reporter import App, __version__, _hook, record
+from spool_reporter._counters import read_counters
 from spool_reporter._hook import Folder, django_app
-from spool_reporter._spool import read_counters
 from spool_reporter.cli import fill_words, help_words
 
 from support.commands import cli, spool_command, unnamed
@@ -173,7 +173,7 @@ def test_a_spool_folder_of_another_user_is_named_and_refused(sandbox: Sandbox, a
 def test_status_counts_queue_and_drops(sandbox: Sandbox, app: App) -> None:
     queue(sandbox, app, 3)
     with Folder(str(sandbox.state_dir(app)), create=False) as folder:
-        from spool_reporter._spool import add_counter
+        from spool_reporter._counters import add_counter
 
         add_counter(folder, "corrupt", 2)
     data = json.loads(cli(sandbox, "status", "--json").stdout)
