@@ -1,4 +1,5 @@
-"""``django-spool collector serve|stats|migrate|rollup``: the collector's commands.
+"""``django-spool collector serve|stats|migrate|rollup``: the collector's commands, their parsers and help (what
+each command does once parsed is :mod:`._commands`).
 
 :func:`register` adds them to the main command line (``spool_reporter/cli.py``); ``python -m
 spool_reporter.collector`` runs them on their own. Either way they read like the client's commands, from the
@@ -11,51 +12,37 @@ value the command refuses), 141 when the reader of the output went away.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import os
-import signal
-import tempfile
 import textwrap
 from pathlib import Path
 
-from spool_reporter._cli_common import EXIT_STATUS, EXIT_USAGE, Parser, docs_page, print_error, run_guarded, run_program
-from spool_reporter._words import counted
+from spool_reporter._cli_common import EXIT_STATUS, Parser, docs_page, run_guarded, run_program
 
-# The collector's defaults only (standard library): the rest of the collector is imported when a command runs, so
-# that building the parser (every django-spool command does) stays cheap.
-from ._common import DEFAULT_APP, DEFAULT_MAX_AGE_DAYS, EPSILON, LICENCE, MIN_COUNT, Limits, Retention
+# The collector's defaults only (standard library): the rest of the collector, the commands' bodies
+# (``_commands``) first, is imported when a command runs, so that building the parser (every django-spool command
+# does) stays cheap.
+from ._common import DEFAULT_APP, DEFAULT_MAX_AGE_DAYS, EPSILON, LICENCE, MIN_COUNT, VARIABLES, Limits, Retention
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
-    from types import FrameType, TracebackType
-    from typing import Any, Final
-
-    from ._common import Publishing
-    from ._stats import Stats
+    from collections.abc import Callable
+    from typing import Final
 
 DEFAULT_PORT: Final = 8765
 """The embedded server's default port: not Django's 8000, not a well-known service."""
 
-API_SECRET_VARIABLE: Final = "SPOOL_REPORTER_GA4_API_SECRET"  # noqa: S105 - a variable name, not a secret
-"""Where ``serve --forward-ga4`` reads the API secret: never on the command line, where ``ps`` shows it."""
-
-
-DB_HELP: Final = "the SQLite file, or a postgresql:// URL (default: $SPOOL_REPORTER_COLLECTOR_DB)"
+DB_HELP: Final = f"the SQLite file, or a postgresql:// URL (default: ${VARIABLES.db})"
 
 PROG: Final = "python -m spool_reporter.collector"
 """The program :func:`main` runs as; under ``django-spool`` it is ``django-spool collector``."""
 
 EPILOG: Final = f"""\
 {EXIT_STATUS}
-environment: SPOOL_REPORTER_COLLECTOR_DB stands for --db;
-{API_SECRET_VARIABLE} is serve --forward-ga4's API secret.
+environment: {VARIABLES.db} stands for --db;
+{VARIABLES.ga4_api_secret} is serve --forward-ga4's API secret.
 docs: {docs_page("collector")}
 """
 """The footer of every collector command's ``--help``: the exit statuses as the client's footer states them (the
-same line), the variables the commands read (``_config.DB_VARIABLE``; ``_config`` is not imported to build a
-parser), and the collector's docs page."""
+same line), the variables the commands read (``_common.VARIABLES``), and the collector's docs page."""
 
 
 STATS_JSON: Final = """\
@@ -178,10 +165,10 @@ its description."""
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``serve``, ``stats``, ``migrate`` and ``rollup`` to ``commands``."""
-    _serve_options(_command(commands, "serve", cmd_serve, **_TEXTS["serve"]))
-    _stats_options(_command(commands, "stats", cmd_stats, **_TEXTS["stats"]))
-    _migrate_options(_command(commands, "migrate", cmd_migrate, **_TEXTS["migrate"]))
-    _rollup_options(_command(commands, "rollup", cmd_rollup, **_TEXTS["rollup"]))
+    _serve_options(_command(commands, "serve", **_TEXTS["serve"]))
+    _stats_options(_command(commands, "stats", **_TEXTS["stats"]))
+    _migrate_options(_command(commands, "migrate", **_TEXTS["migrate"]))
+    _rollup_options(_command(commands, "rollup", **_TEXTS["rollup"]))
 
 
 def _add_number(
@@ -266,7 +253,7 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--forward-ga4",
         metavar="MEASUREMENT_ID",
-        help=f"also forward new events to this GA4 stream; the API secret is read from ${API_SECRET_VARIABLE}",
+        help=f"also forward new events to this GA4 stream; the API secret is read from ${VARIABLES.ga4_api_secret}",
     )
     serve.add_argument("--ga4-endpoint", default=None, help=argparse.SUPPRESS)  # tests: a loopback fake
     serve.add_argument(
@@ -328,30 +315,37 @@ def _rollup_options(rollup: argparse.ArgumentParser) -> None:
 def _command(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
     name: str,
-    func: Callable[[argparse.Namespace], int],
     *,
     db: str,
     help: str,
     description: str,
 ) -> argparse.ArgumentParser:
-    """Add command ``name``, run by ``func``, with its ``--db`` option (``db`` says what the database is for).
+    """Add command ``name``, run by its body (``_commands.BODIES[name]``), with its ``--db`` option (``db`` says
+    what the database is for).
 
     ``args.collector_prog`` is the command the user typed (``django-spool collector stats``): the start of every
-    error line. ``args.func`` runs ``func`` as the client's commands run: an unusable file, an unexpected
+    error line. ``args.func`` runs the body as the client's commands run: an unusable file, an unexpected
     :exc:`~spool_reporter.collector.CollectorError` or ``Ctrl-C`` is one line and a status, never a traceback."""
     parser = commands.add_parser(name, help=help, description=description, epilog=EPILOG, formatter_class=_Formatter)
     _add_db(parser, db)
-    parser.set_defaults(func=_guarded(func), collector_prog=parser.prog)
+    parser.set_defaults(func=_guarded(name), collector_prog=parser.prog)
     return parser
 
 
-def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+def _guarded(name: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         from ._common import CollectorError
 
-        return run_guarded(lambda: func(args), args.collector_prog, failures=(CollectorError,))
+        return run_guarded(lambda: _body(name)(args), args.collector_prog, failures=(CollectorError,))
 
     return run
+
+
+def _body(name: str) -> Callable[[argparse.Namespace], int]:
+    """Command ``name``'s body, its module imported only now that it runs."""
+    from ._commands import BODIES
+
+    return BODIES[name]
 
 
 def _min_count(text: str) -> int:
@@ -379,345 +373,6 @@ def _first_week(text: str) -> str:
         return first_week_of(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _publishing(args: argparse.Namespace) -> Publishing:
-    from ._common import Publishing
-
-    return Publishing(epsilon=args.epsilon, min_count=args.min_count, licence=args.data_license)
-
-
-def _db(args: argparse.Namespace) -> str | None:
-    """The ``--db`` value, or ``$SPOOL_REPORTER_COLLECTOR_DB``; ``None`` after printing why not."""
-    from ._config import DB_VARIABLE
-
-    db = args.db if args.db is not None else os.environ.get(DB_VARIABLE, "")
-    if not db:
-        print_error(args.collector_prog, f"give --db or set ${DB_VARIABLE}")
-        return None
-    return str(db)
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    from spool_reporter._net import is_loopback
-
-    from . import CollectorError, GA4Forwarder, serve
-    from ._config import limits, policy, retention
-    from ._forward import GA4_ENDPOINT
-
-    if not 0 <= args.port <= 65535:
-        print_error(args.collector_prog, f"port must be 0-65535, got {args.port}")
-        return EXIT_USAGE
-    db = _db(args)
-    if db is None:
-        return EXIT_USAGE
-    forward = None
-    try:
-        accept = policy(max_age_days=args.max_age_days, commands=args.commands)
-        keep = limits(per_client_week=args.max_per_client_week)
-        retain = retention(retain_days=args.retain_days, rollup_every=args.rollup_every, max_age_days=args.max_age_days)
-    except CollectorError as exc:
-        print_error(args.collector_prog, f"{exc}")
-        return EXIT_USAGE
-    try:
-        if args.forward_ga4:
-            secret = os.environ.get(API_SECRET_VARIABLE, "")
-            if not secret:
-                print_error(args.collector_prog, f"--forward-ga4 needs ${API_SECRET_VARIABLE}")
-                return EXIT_USAGE
-            forward = GA4Forwarder(
-                measurement_id=args.forward_ga4, api_secret=secret, endpoint=args.ga4_endpoint or GA4_ENDPOINT
-            )
-        server = serve(
-            db,
-            host=args.host,
-            port=args.port,
-            forward=forward,
-            policy=accept,
-            limits=keep,
-            publishing=_publishing(args),
-            retention=retain,
-        )
-    except CollectorError as exc:
-        print_error(args.collector_prog, f"{exc}")
-        return 1
-    except OSError as exc:
-        print_error(args.collector_prog, f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}")
-        return 1
-    if not is_loopback(args.host):
-        print_error(
-            args.collector_prog,
-            "the embedded server speaks plain HTTP and clients send to other machines over "
-            "HTTPS only; put a TLS proxy in front of it (without access logs, which would record addresses).",
-        )
-    try:
-        print(f"listening on {server.url}", flush=True)  # a closed pipe here still stops the server
-        with _signals_stop(server.request_stop):
-            server.serve_forever()
-    except KeyboardInterrupt:  # before the handler was installed, or not the main thread
-        pass
-    finally:
-        server.stop()
-    counts = server.app.counters.as_dict()
-    print(
-        f"stopped after {counted(counts['requests'], 'request')}: {counted(counts['accepted'], 'event')} stored, "
-        f"{counted(counts['duplicates'], 'duplicate')}, {counted(counts['rejected'], 'request')} refused, "
-        f"{counted(counts['refused'], 'event')} refused",
-        flush=True,
-    )
-    return 0
-
-
-@contextlib.contextmanager
-def _signals_stop(stop: Callable[[], None]) -> Iterator[None]:
-    """SIGTERM and SIGINT call ``stop`` (which only sets a flag) while the block runs."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        stop()
-
-    previous = {}
-    try:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        pass
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-class _Failure:
-    """A ``with`` block of a command whose :class:`~._common.CollectorError` (a database that cannot be opened, read
-    or written) is the command's error line: printed, then :attr:`failed`, and the command exits 1. Entered as
-    ``with failure, contextlib.closing(open_store(...)) as store:``, it also takes the error of the opening."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.failed = False
-
-    def __enter__(self) -> _Failure:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
-        from ._common import CollectorError
-
-        if not isinstance(exc, CollectorError):
-            return False
-        print_error(self.args.collector_prog, f"{exc}")
-        self.failed = True
-        return True
-
-
-def cmd_migrate(args: argparse.Namespace) -> int:
-    from . import open_store
-
-    db = _db(args)
-    if db is None:
-        return EXIT_USAGE
-    failure = _Failure(args)
-    with failure:
-        before = _existing_version(db)
-        with contextlib.closing(open_store(db, create=True)) as store:
-            after = store.schema_version()
-            where = store.display
-            if args.first_week:
-                store.set_first_week(args.first_week)
-            first = store.first_week()
-    if failure.failed:
-        return 1
-    if before == after:
-        print(f"{where}: schema {after}, up to date")
-    elif before is None:
-        print(f"{where}: created, schema {after}")
-    else:
-        print(f"{where}: migrated from schema {before} to {after}")
-    print(f"public releases start with week {first}")
-    return 0
-
-
-def cmd_rollup(args: argparse.Namespace) -> int:
-    import time
-
-    from . import CollectorError, open_store
-    from ._common import Publishing
-    from ._config import policy, retention
-    from ._rollup import rollup
-
-    db = _db(args)
-    if db is None:
-        return EXIT_USAGE
-    try:
-        accept = policy(max_age_days=args.max_age_days)
-        keep = retention(retain_days=args.retain_days, max_age_days=args.max_age_days)
-    except CollectorError as exc:
-        print_error(args.collector_prog, f"{exc}")
-        return EXIT_USAGE
-    failure = _Failure(args)
-    # create: the roll-up tables are schema 3, so an older database is migrated
-    with failure, contextlib.closing(open_store(db, create=True)) as store:
-        publishing = Publishing(epsilon=args.epsilon)
-        done = rollup(store, now=time.time(), max_age=accept.max_age, retention=keep, publishing=publishing)
-        where = store.display
-    if failure.failed:
-        return 1
-    if not done.ran:
-        print(f"{where}: another process is rolling up; nothing done here")
-        return 0
-    closed = done.closed_through or "none yet"
-    rolled = f" ({done.rolled[0]} to {done.rolled[-1]})" if done.rolled else ""
-    print(
-        f"{where}: closed through {closed}; {counted(len(done.rolled), 'week')} rolled up{rolled}; "
-        f"{counted(done.deleted, 'event')} older than {args.retain_days:g} days deleted"
-    )
-    if done.released:
-        print(done.released_publicly())
-    if done.release_error:
-        print_error(args.collector_prog, f"no public release made: {done.release_error}")
-        return 1
-    return 0
-
-
-def _existing_version(db: str) -> int | None:
-    """The schema version of an existing database, or ``None`` if it has no collector tables yet."""
-    from . import open_store
-    from ._common import NotACollectorDatabase
-
-    try:
-        store = open_store(db, create=False)
-    except NotACollectorDatabase:
-        return None
-    try:
-        return store.schema_version() or 1
-    finally:
-        store.close()
-
-
-def _public_text(doc: dict[str, Any]) -> str:
-    """The released numbers as text: estimate ± margin per period, "<N" below the display threshold."""
-
-    def show(number: dict[str, int]) -> str:
-        if "fewer_than" in number:
-            return f"<{number['fewer_than']}"
-        return str(number["estimate"])
-
-    lines = [
-        f"{doc['app']}: released with differential privacy, epsilon {doc['epsilon']:g} per developer per period; "
-        f"licence {doc['licence']}"
-    ]
-    for _unit, key in (("week", "weeks"), ("month", "months"), ("quarter", "quarters"), ("year", "years")):
-        items = doc[key]
-        if not items:
-            continue
-        lines.append(f"{key}:")
-        for item in items:
-            name = item[key[:-1]]
-            line = f"  {name}  {item['release']:<11}  {show(item['developers'])} developers (±{item['margin']})"
-            if key == "weeks":
-                for breakdown in ("by_django", "by_python", "by_os"):
-                    shown = [f"{v}: {show(n)}" for v, n in item[breakdown].items() if "fewer_than" not in n]
-                    line += f"; {', '.join(shown) or '-'}"
-            lines.append(line)
-    if len(lines) == 1:
-        lines.append("nothing released yet: a week is released once it has ended (see the self-hosting docs)")
-    return "\n".join(lines)
-
-
-def _text(stats: Stats, db: str) -> str:
-    weeks = len(stats.weeks)
-    head = (
-        f"{stats.app}: {counted(stats.developers, 'developer')}, {counted(stats.events, 'event')}, "
-        f"{counted(weeks, 'week')} with events ({db})"
-    )
-    lines = [head]
-    if not stats.weeks:
-        return lines[0]
-
-    def fmt(counts: dict[str, int]) -> str:
-        return ", ".join(f"{name}: {n}" for name, n in counts.items()) or "-"
-
-    rows = [("week", "developers", "events", stats.app, "Python", "OS")]
-    rows += [
-        (w.week, str(w.developers), str(w.events), fmt(w.by_django), fmt(w.by_python), fmt(w.by_os))
-        for w in stats.weeks
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        cells = [cell.rjust(widths[i]) if i in (1, 2) else cell.ljust(widths[i]) for i, cell in enumerate(row)]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    folder = path.parent if str(path.parent) else Path()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)  # a report is for sharing; mkstemp's 0600 would surprise a web server
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _write_page(args: argparse.Namespace, path: Path, text: str) -> bool:
-    """Write ``stats --html``'s page; say why not (``False``) when it cannot be written."""
-    try:
-        _write_atomic(path, text)
-    except OSError as exc:
-        print_error(args.collector_prog, f"cannot write {path}: {exc}")
-        return False
-    return True
-
-
-def cmd_stats(args: argparse.Namespace) -> int:
-    from . import open_store, public, render_html, stats
-    from ._report import render_public
-    from ._stats import apps
-
-    db = _db(args)
-    if db is None:
-        return EXIT_USAGE
-    if args.public:
-        failure = _Failure(args)
-        with failure:
-            doc = public(db, publishing=_publishing(args)._replace(app=args.app))
-        if failure.failed:
-            return 1
-        if args.html is not None and not _write_page(args, args.html, render_public(doc)):
-            return 1
-        print(json.dumps(doc, indent=2, ensure_ascii=False) if args.json else _public_text(doc))
-        if args.html is not None and not args.json:
-            print(f"page written to {args.html}")
-        return 0
-    failure = _Failure(args)
-    with failure, contextlib.closing(open_store(db, create=False)) as store:
-        full = stats(store, app=args.app)
-        others = {} if full.events else {k: v for k, v in apps(store).items() if k != args.app}
-        where = store.display
-    if failure.failed:
-        return 1
-    result = full
-    if args.html is not None and not _write_page(args, args.html, render_html(result)):
-        return 1
-    if args.json:
-        print(json.dumps(result.as_dict(), indent=2, ensure_ascii=False))
-    else:
-        print(_text(result, where))
-        if others:
-            names = ", ".join(f"{name} ({counted(n, 'event')})" for name, n in others.items())
-            print(f"other applications in this database: {names}; choose one with --app")
-        if full.refused:
-            total = sum(sum(r.values()) for r in full.refused.values())
-            print(f"refused: {counted(total, 'event')}")
-            for week, reasons in full.refused.items():
-                print(f"  {week}  " + ", ".join(f"{reason}: {n}" for reason, n in reasons.items()))
-        if args.html is not None:
-            print(f"report written to {args.html}")
-    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,5 +1,5 @@
 """The collector's shared vocabulary: its errors, the values its parts hand each other, the reasons it refuses
-an event for, and the defaults of what it publishes.
+an event for, the defaults of what it publishes, and the names of the environment variables it reads.
 
 Every other module of the collector builds on these: the store, the releases, the public page, the servers
 and the command line (whose ``--help`` shows these defaults, so building the parser must stay cheap: this
@@ -224,7 +224,8 @@ HEALTH_PATH: Final = "/v1/health"
 """``GET``: ``{"ok": true}``, without touching the database (for a load balancer or a monitor)."""
 
 PAGE_PATH: Final = "/"
-"""``GET /``: the public page (:func:`~spool_reporter.collector._report.render_public` of :func:`._public.document`)."""
+"""``GET /``: the public page (:func:`~spool_reporter.collector._public_page.render_public` of
+:func:`._public.document`)."""
 
 STATS_PATH: Final = "/v1/stats"
 """``GET /v1/stats``: :func:`._public.document` as JSON."""
@@ -234,3 +235,30 @@ RELEASES_JSON_PATH: Final = "/v1/releases.json"
 
 RELEASES_CSV_PATH: Final = "/v1/releases.csv"
 """``GET /v1/releases.csv``: every released number, one per row (:func:`._public.releases_csv`)."""
+
+
+# -- the environment variables the collector reads -------------------------------------------------------------
+
+
+class Variables(NamedTuple):
+    """The names of the environment variables the collector reads, a field for each setting, named as the
+    command-line option it stands for (``max_age_days`` is ``--max-age-days``, ``forward_ga4`` the measurement id
+    ``serve --forward-ga4`` takes). ``_config.from_environ`` reads them all for ``wsgi.py``; the command line reads
+    ``db`` when ``--db`` is not given, and ``ga4_api_secret``, which no option takes. Use :data:`VARIABLES`."""
+
+    db: str = "SPOOL_REPORTER_COLLECTOR_DB"
+    max_age_days: str = "SPOOL_REPORTER_COLLECTOR_MAX_AGE_DAYS"
+    max_per_client_week: str = "SPOOL_REPORTER_COLLECTOR_CLIENT_CAP"
+    commands: str = "SPOOL_REPORTER_COLLECTOR_COMMANDS"
+    min_count: str = "SPOOL_REPORTER_COLLECTOR_MIN_COUNT"
+    epsilon: str = "SPOOL_REPORTER_COLLECTOR_EPSILON"
+    data_license: str = "SPOOL_REPORTER_COLLECTOR_DATA_LICENSE"
+    retain_days: str = "SPOOL_REPORTER_COLLECTOR_RETAIN_DAYS"
+    rollup_every: str = "SPOOL_REPORTER_COLLECTOR_ROLLUP_EVERY"
+    forward_ga4: str = "SPOOL_REPORTER_GA4_MEASUREMENT_ID"
+    # Never an option: on the command line, ``ps`` would show the secret.
+    ga4_api_secret: str = "SPOOL_REPORTER_GA4_API_SECRET"  # noqa: S105 - a variable's name, not a secret
+
+
+VARIABLES: Final = Variables()
+"""The one table of the collector's environment variables' names (public: ``docs/collector.md`` lists them)."""

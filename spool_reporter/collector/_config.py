@@ -1,21 +1,9 @@
 """The collector's settings, from the command line or the environment: one parser for both.
 
-- ``SPOOL_REPORTER_COLLECTOR_DB`` / ``--db``: the SQLite file or ``postgresql://`` URL (required);
-- ``SPOOL_REPORTER_COLLECTOR_MAX_AGE_DAYS`` / ``--max-age-days``: the oldest event accepted (default 30);
-- ``SPOOL_REPORTER_COLLECTOR_CLIENT_CAP`` / ``--max-per-client-week``: events kept per client id per week
-  (default 1000, ``0`` for no cap);
-- ``SPOOL_REPORTER_COLLECTOR_COMMANDS`` / ``--commands APP=CMD,CMD`` (repeated): more applications and their
-  event names, ``*`` for any valid name (Django's three commands are accepted unless replaced);
-- ``SPOOL_REPORTER_COLLECTOR_MIN_COUNT`` / ``--min-count``: the display threshold of the public numbers: a
-  released count below it is shown as "fewer than N" (default 10, :mod:`._public`);
-- ``SPOOL_REPORTER_COLLECTOR_EPSILON`` / ``--epsilon``: the privacy budget of the public releases per developer
-  per week, and per month, quarter and year (default 1, :mod:`._release`);
-- ``SPOOL_REPORTER_COLLECTOR_DATA_LICENSE`` / ``--data-license``: the licence the public numbers are published
-  under (default ``CC-BY-4.0``);
-- ``SPOOL_REPORTER_COLLECTOR_RETAIN_DAYS`` / ``--retain-days``: how long raw events are kept (default 430;
-  at least a week more than the maximum event age, :mod:`._rollup`);
-- ``SPOOL_REPORTER_COLLECTOR_ROLLUP_EVERY`` / ``--rollup-every``: seconds between two roll-ups started by
-  ingest in one process (default 3600; ``0``: only ``collector rollup``).
+Each setting has an option (``--max-age-days``) and an environment variable, named in one table,
+:data:`~._common.VARIABLES` (``VARIABLES.max_age_days``); ``docs/collector.md`` lists them with their defaults,
+which are :mod:`._common`'s. The command line parses its options with argparse and checks their values here
+(:func:`policy`, :func:`limits`, :func:`retention`); :func:`from_environ` reads the variables for ``wsgi.py``.
 
 In the environment, several ``--commands`` values are separated by ``;``.
 """
@@ -29,6 +17,7 @@ from ._common import (
     EPSILON,
     LICENCE,
     MIN_COUNT,
+    VARIABLES,
     CollectorError,
     Limits,
     Publishing,
@@ -36,7 +25,6 @@ from ._common import (
     parse_epsilon,
     parse_min_count,
 )
-from ._public import MIN_COUNT_VARIABLE
 from ._rollup import check_retention
 from ._wire import ANY_COMMAND, DEFAULT_COMMANDS, Policy
 
@@ -46,23 +34,6 @@ if TYPE_CHECKING:
     from typing import Final, NamedTuple
 else:
     from typing import NamedTuple
-
-DB_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_DB"
-"""``--db`` in the environment."""
-MAX_AGE_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_MAX_AGE_DAYS"
-"""``--max-age-days`` in the environment."""
-CAP_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_CLIENT_CAP"
-"""``--max-per-client-week`` in the environment."""
-COMMANDS_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_COMMANDS"
-"""``--commands`` in the environment (values separated by ``;``)."""
-RETAIN_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_RETAIN_DAYS"
-"""``--retain-days`` in the environment."""
-ROLLUP_EVERY_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_ROLLUP_EVERY"
-"""``--rollup-every`` in the environment."""
-EPSILON_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_EPSILON"
-"""``--epsilon`` in the environment."""
-LICENCE_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_DATA_LICENSE"
-"""``--data-license`` in the environment."""
 
 MAX_AGE_DAYS_LIMIT: Final = 3660
 """The largest ``--max-age-days`` (ten years): anything more is a typo."""
@@ -155,32 +126,33 @@ class Settings(NamedTuple):
 
 
 def from_environ(env: Mapping[str, str]) -> Settings:
-    """The settings from the environment variables above; :class:`CollectorError` for a bad one."""
-    db = env.get(DB_VARIABLE, "").strip()
+    """The settings from the environment variables (:data:`~._common.VARIABLES`); :class:`CollectorError` for a
+    bad one."""
+    db = env.get(VARIABLES.db, "").strip()
     if not db:
-        msg = f"set {DB_VARIABLE} to the collector's SQLite file or postgresql:// URL"
+        msg = f"set {VARIABLES.db} to the collector's SQLite file or postgresql:// URL"
         raise CollectorError(msg)
-    commands = [v for v in env.get(COMMANDS_VARIABLE, "").split(";") if v.strip()]
+    commands = [v for v in env.get(VARIABLES.commands, "").split(";") if v.strip()]
     try:
-        min_count = parse_min_count(env.get(MIN_COUNT_VARIABLE, "").strip() or str(MIN_COUNT))
+        min_count = parse_min_count(env.get(VARIABLES.min_count, "").strip() or str(MIN_COUNT))
     except ValueError as exc:
-        msg = f"{MIN_COUNT_VARIABLE}: {exc}"
+        msg = f"{VARIABLES.min_count}: {exc}"
         raise CollectorError(msg) from None
     try:
-        epsilon = parse_epsilon(env.get(EPSILON_VARIABLE, "").strip() or str(EPSILON))
+        epsilon = parse_epsilon(env.get(VARIABLES.epsilon, "").strip() or str(EPSILON))
     except ValueError as exc:
-        msg = f"{EPSILON_VARIABLE}: {exc}"
+        msg = f"{VARIABLES.epsilon}: {exc}"
         raise CollectorError(msg) from None
-    licence = env.get(LICENCE_VARIABLE, "").strip() or LICENCE
-    max_age_days = _number(env, MAX_AGE_VARIABLE, DEFAULT_MAX_AGE_DAYS, float)
+    licence = env.get(VARIABLES.data_license, "").strip() or LICENCE
+    max_age_days = _number(env, VARIABLES.max_age_days, DEFAULT_MAX_AGE_DAYS, float)
     return Settings(
         db=db,
         policy=policy(max_age_days=max_age_days, commands=commands),
-        limits=limits(per_client_week=int(_number(env, CAP_VARIABLE, Limits().per_client_week, int))),
+        limits=limits(per_client_week=int(_number(env, VARIABLES.max_per_client_week, Limits().per_client_week, int))),
         publishing=Publishing(epsilon=epsilon, min_count=min_count, licence=licence),
         retention=retention(
-            retain_days=_number(env, RETAIN_VARIABLE, Retention().retain_days, float),
-            rollup_every=_number(env, ROLLUP_EVERY_VARIABLE, Retention().rollup_every, float),
+            retain_days=_number(env, VARIABLES.retain_days, Retention().retain_days, float),
+            rollup_every=_number(env, VARIABLES.rollup_every, Retention().rollup_every, float),
             max_age_days=max_age_days,
         ),
     )

@@ -20,14 +20,20 @@ from __future__ import annotations
 import os
 
 from . import Collector, GA4Forwarder, make_app
-from ._config import DB_VARIABLE
+from ._common import VARIABLES
 from ._config import from_environ as _settings
-from ._public import MIN_COUNT_VARIABLE
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
 
 __all__ = ["API_SECRET_VARIABLE", "DB_VARIABLE", "MEASUREMENT_ID_VARIABLE", "MIN_COUNT_VARIABLE", "from_environ"]
 
-MEASUREMENT_ID_VARIABLE = "SPOOL_REPORTER_GA4_MEASUREMENT_ID"
-API_SECRET_VARIABLE = "SPOOL_REPORTER_GA4_API_SECRET"  # noqa: S105 - the variable's name, not a secret
+# The public names of the variables this module reads; their one home is ``_common.VARIABLES``.
+DB_VARIABLE: Final = VARIABLES.db
+MIN_COUNT_VARIABLE: Final = VARIABLES.min_count
+MEASUREMENT_ID_VARIABLE: Final = VARIABLES.forward_ga4
+API_SECRET_VARIABLE: Final = VARIABLES.ga4_api_secret
 
 
 def from_environ(environ: dict[str, str] | None = None) -> Collector:

@@ -18,8 +18,7 @@ import pytest
 from spool_reporter import App
 from spool_reporter._cli_common import DOCS_URL, EXIT_STATUS, docs_page
 from spool_reporter.collector import Limits, Retention, open_store
-from spool_reporter.collector._common import DEFAULT_APP, DEFAULT_MAX_AGE_DAYS, EPSILON, LICENCE, MIN_COUNT
-from spool_reporter.collector._config import DB_VARIABLE
+from spool_reporter.collector._common import DEFAULT_APP, DEFAULT_MAX_AGE_DAYS, EPSILON, LICENCE, MIN_COUNT, VARIABLES
 from spool_reporter.collector._weeks import this_week
 
 from support.commands import spool_command
@@ -109,7 +108,7 @@ def test_every_help_ends_with_the_footer(sandbox: Sandbox, prog: str, command: t
     assert done.stdout.startswith(f"usage: {' '.join((prog, *command))} [-h]"), done.stdout
     words = " ".join(done.stdout.split())  # as wrapped to the terminal's width (80 columns without one)
     tail = words[words.rindex(EXIT_STATUS) :]
-    assert f"environment: {DB_VARIABLE} stands for --db;" in tail
+    assert f"environment: {VARIABLES.db} stands for --db;" in tail
     assert tail.endswith(f"docs: {docs_page('collector')}")
     assert done.stdout.endswith(f"\ndocs: {docs_page('collector')}\n")
 
@@ -135,7 +134,7 @@ def test_the_docs_link_is_the_projects(sandbox: Sandbox) -> None:
 def test_without_a_database_each_command_says_so_under_its_name(sandbox: Sandbox, prog: str, command: str) -> None:
     done = collector(sandbox, prog, command)
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == f"{prog} {command}: give --db or set ${DB_VARIABLE}\n"
+    assert done.stderr == f"{prog} {command}: give --db or set ${VARIABLES.db}\n"
 
 
 def test_usage_errors_name_the_command_typed(sandbox: Sandbox, prog: str) -> None:
