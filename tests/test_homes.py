@@ -108,8 +108,8 @@ def test_the_stylesheet_is_a_file_of_the_installed_package() -> None:
     package), not a Python string."""
     import importlib.resources
 
-    from spool_reporter.collector import _report
+    from spool_reporter.collector import _html
 
     sheet = importlib.resources.files("spool_reporter.collector").joinpath("page.css")
     assert sheet.is_file()
-    assert _report._CSS.startswith(sheet.read_text(encoding="utf-8"))
+    assert _html._CSS.startswith(sheet.read_text(encoding="utf-8"))

@@ -81,7 +81,8 @@ if TYPE_CHECKING:
     )
     from ._forward import GA4Forwarder
     from ._open import open_store
-    from ._report import render_html
+    from ._operator_page import render_html
+    from ._public import Document
     from ._server import CollectorServer
     from ._stats import Stats, Week
     from ._stats import compute as stats
@@ -151,7 +152,7 @@ _HOMES: Final = {
     "Unavailable": "_common",
     "Week": "_stats",
     "open_store": "_open",
-    "render_html": "_report",
+    "render_html": "_operator_page",
     "stats": "_stats.compute",
 }
 """Where each public name lives: the package loads a module when one of its names is first used (PEP 562), so
@@ -237,7 +238,7 @@ def serve(
         raise
 
 
-def public(db: str | os.PathLike[str] | Store, *, publishing: Publishing | None = None) -> dict[str, object]:
+def public(db: str | os.PathLike[str] | Store, *, publishing: Publishing | None = None) -> Document:
     """The public document (what ``GET /v1/stats`` serves) of the releases stored in ``db``: nothing is counted.
 
     :raises CollectorError: the database does not exist or cannot be read.

@@ -37,12 +37,62 @@ from ._release import BREAKDOWNS, FINAL
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import Final
+    from typing import Any, Final, TypedDict
+
+    from typing_extensions import NotRequired  # typing's own from Python 3.11
 
     from ._common import Release
 
-MIN_COUNT_VARIABLE: Final = "SPOOL_REPORTER_COLLECTOR_MIN_COUNT"
-"""Where ``spool_reporter.collector.wsgi`` reads the display threshold (``serve`` takes ``--min-count``)."""
+    class Number(TypedDict):
+        """One released count as published (:func:`number`)."""
+
+        estimate: int
+        low: int
+        high: int
+        fewer_than: NotRequired[int]
+
+    class Period(TypedDict):
+        """One period's newest release as published (:func:`_period`). Its name is under its unit's key
+        (``"week": "2026-W48"``); only a week has the breakdowns, its ε spent and its cells' threshold."""
+
+        week: NotRequired[str]
+        month: NotRequired[str]
+        quarter: NotRequired[str]
+        year: NotRequired[str]
+        release: str
+        made: str
+        first_day: str
+        last_day: str
+        epsilon: float
+        margin: int
+        developers: Number
+        week_epsilon: NotRequired[float]
+        cell_threshold: NotRequired[int]
+        by_django: NotRequired[dict[str, Number]]
+        by_python: NotRequired[dict[str, Number]]
+        by_os: NotRequired[dict[str, Number]]
+
+    class Downloads(TypedDict):
+        json: str
+        csv: str
+
+    class Document(TypedDict):
+        """The public document (:func:`document`): what ``GET /v1/stats`` serves and the page is made of. Only a
+        type: at run time it is the plain dict that is served as JSON."""
+
+        app: str
+        guarantee: str
+        epsilon: float
+        min_count: int
+        licence: str
+        made: str | None
+        first_week: str | None
+        downloads: Downloads
+        weeks: list[Period]
+        months: list[Period]
+        quarters: list[Period]
+        years: list[Period]
+
 
 CHECK_SECONDS: Final = 10.0
 """How often a process asks the database whether a release was added (one indexed count); between two checks
@@ -69,18 +119,18 @@ def cell_threshold(scale: float, cells: int) -> int:
     return max(1, math.ceil(math.log(target * (1 + q)) / math.log(q)))
 
 
-def number(released: int, margin: int, min_count: int, *, threshold: int | None = None) -> dict[str, int]:
+def number(released: int, margin: int, min_count: int, *, threshold: int | None = None) -> Number:
     """One released count as published: ``{"estimate", "low", "high"}``, and ``"fewer_than": N`` when the estimate
     is below N = max(``min_count``, ``threshold``), where ``threshold`` is ``margin`` unless given."""
     estimate = max(released, 0)
-    out = {"estimate": estimate, "low": max(released - margin, 0), "high": max(released + margin, 0)}
+    out: Number = {"estimate": estimate, "low": max(released - margin, 0), "high": max(released + margin, 0)}
     shown_from = max(min_count, margin if threshold is None else threshold)
     if estimate < shown_from:
         out["fewer_than"] = shown_from
     return out
 
 
-def _cells(released: dict[str, int], margin: int, min_count: int, threshold: int) -> dict[str, dict[str, int]]:
+def _cells(released: dict[str, int], margin: int, min_count: int, threshold: int) -> dict[str, Number]:
     # Shown first by estimate (the larger first), then by name; "other" last. The order is post-processing too.
     named = sorted((v for v in released if v != OTHER), key=lambda v: (-max(released[v], 0), v))
     if OTHER in released:
@@ -88,37 +138,38 @@ def _cells(released: dict[str, int], margin: int, min_count: int, threshold: int
     return {value: number(released[value], margin, min_count, threshold=threshold) for value in named}
 
 
-def _period(body: dict[str, object], min_count: int, week_epsilon: float | None) -> dict[str, object]:
-    margin = int(body["margin"])  # type: ignore[call-overload]
+def _period(body: dict[str, Any], min_count: int, week_epsilon: float | None) -> Period:
+    """One release's body (as :mod:`._release` stored it) as the document shows it."""
+    margin = int(body["margin"])
     unit = str(body["unit"])
-    out: dict[str, object] = {
-        unit: body["period"],
+    out: Period = {
+        unit: body["period"],  # type: ignore[misc]  # the period's own key: its unit's name, one of four
         "release": body["kind"],
         "made": body["made"],
         "first_day": body["first_day"],
         "last_day": body["last_day"],
         "epsilon": body["epsilon"],
         "margin": margin,
-        "developers": number(int(body["developers"]), margin, min_count),  # type: ignore[call-overload]
+        "developers": number(int(body["developers"]), margin, min_count),
     }
     if unit == "week":
-        out["week_epsilon"] = week_epsilon
-        breakdowns: dict[str, dict[str, int]] = {name: body[name] for name in BREAKDOWNS}  # type: ignore[misc]
+        out["week_epsilon"] = week_epsilon  # type: ignore[typeddict-item]  # a week's is always given
+        breakdowns: dict[str, dict[str, int]] = {name: body[name] for name in BREAKDOWNS}
         cells = sum(len(values) for values in breakdowns.values())
-        threshold = cell_threshold(float(body["scale"]), cells)  # type: ignore[arg-type]
+        threshold = cell_threshold(float(body["scale"]), cells)
         out["cell_threshold"] = max(min_count, threshold)
         for name, values in breakdowns.items():
-            out[name] = _cells(values, margin, min_count, threshold)
+            out[name] = _cells(values, margin, min_count, threshold)  # type: ignore[literal-required]
     return out
 
 
-def document(releases: Sequence[Release], publishing: Publishing, *, first_week: str = "") -> dict[str, object]:
+def document(releases: Sequence[Release], publishing: Publishing, *, first_week: str = "") -> Document:
     """The public document (``GET /v1/stats``) of ``releases``: each period's newest release, post-processed.
 
     ``first_week`` is the first ISO week released (``release_state``: a date of the calendar or the operator's
     choice, never of the data), from which the page works out when the first release is due.
     """
-    newest: dict[str, dict[str, object]] = {}
+    newest: dict[str, dict[str, Any]] = {}
     spent: dict[str, float] = {}
     made = ""
     # A week's final release is shown over its provisional one, whatever order they come in and whatever their
@@ -128,7 +179,15 @@ def document(releases: Sequence[Release], publishing: Publishing, *, first_week:
         newest[item.period] = body
         spent[item.period] = spent.get(item.period, 0.0) + item.epsilon
         made = max(made, item.made)
-    doc: dict[str, object] = {
+    periods = {
+        key: [
+            _period(body, publishing.min_count, spent[period] if unit == "week" else None)
+            for period, body in sorted(newest.items())
+            if body["unit"] == unit
+        ]
+        for unit, key in UNITS
+    }
+    return {
         "app": publishing.app,
         "guarantee": (
             f"differential privacy: each number is a true count plus discrete Laplace noise; for each week, "
@@ -143,14 +202,11 @@ def document(releases: Sequence[Release], publishing: Publishing, *, first_week:
         "made": made or None,
         "first_week": first_week or None,
         "downloads": {"json": RELEASES_JSON_PATH, "csv": RELEASES_CSV_PATH},
+        "weeks": periods["weeks"],
+        "months": periods["months"],
+        "quarters": periods["quarters"],
+        "years": periods["years"],
     }
-    for unit, key in UNITS:
-        doc[key] = [
-            _period(body, publishing.min_count, spent[period] if unit == "week" else None)
-            for period, body in sorted(newest.items())
-            if body["unit"] == unit
-        ]
-    return doc
 
 
 def releases_json(releases: Sequence[Release], publishing: Publishing) -> bytes:

@@ -43,7 +43,7 @@ import math
 from spool_reporter._event import OS_FAMILIES, OTHER, iso_time
 
 from . import _weeks
-from ._common import EPSILON, CollectorError, Release, check_epsilon
+from ._common import DEFAULT_MAX_AGE_DAYS, EPSILON, CollectorError, Release, check_epsilon
 from ._store import BREAKDOWN_SQL, Store
 
 TYPE_CHECKING = False
@@ -300,6 +300,63 @@ def due(
 
 
 # -- making them --------------------------------------------------------------------------------------------
+
+
+class Expected(NamedTuple):
+    """A release not made yet: of ``period``, by the first roll-up from ``day`` 00:00 UTC on."""
+
+    period: str
+    day: datetime.date
+
+
+class Schedule(NamedTuple):
+    """When the next releases are due, as the public page states it (:func:`schedule`)."""
+
+    first: Expected | None
+    """Before any release: the provisional release of the first week released, once that week has ended."""
+    following: Expected | None
+    """The provisional release of the week after the newest released, once it has ended."""
+    final: Expected | None
+    """The final release of the oldest week released only provisionally, once it has closed (with the
+    collector's default maximum event age: the document does not hold the operator's)."""
+
+
+def _day(iso: str) -> datetime.date | None:
+    """``2026-11-29`` as a date, if it is one that the schedule can count on from (``None`` otherwise)."""
+    try:
+        day = datetime.date.fromisoformat(iso)
+    except ValueError:
+        return None
+    return day if day.year < datetime.MAXYEAR else None  # a week or a month later must still be a date
+
+
+def schedule(weeks: Sequence[tuple[str, str, str]], first_week: str) -> Schedule:
+    """When the next releases are due, from the releases' own dates only: ``weeks`` are (ISO week, kind, last
+    day) of the weeks released, oldest first; ``first_week`` is the first week released (``release_state``).
+
+    A week's provisional release is made by the first roll-up after it ended (Monday 00:00 UTC); its final one
+    by the first roll-up after it closed, the maximum event age after it ended. Dates that are no dates (a
+    database written by hand) give no expectation rather than an error.
+    """
+    first = None
+    if not weeks:
+        try:
+            monday = _weeks.monday(first_week)
+        except ValueError:
+            monday = None
+        if monday is not None and monday.year < datetime.MAXYEAR:
+            first = Expected(first_week, monday + datetime.timedelta(days=7))
+    following = None
+    latest = _day(weeks[-1][2]) if weeks else None
+    if latest is not None:
+        following = Expected(_weeks.week_of(latest + datetime.timedelta(days=7)), latest + datetime.timedelta(days=8))
+    final = None
+    for week, kind, last_day in weeks:
+        last = _day(last_day) if kind == PROVISIONAL else None
+        if last is not None:
+            final = Expected(week, last + datetime.timedelta(days=1 + DEFAULT_MAX_AGE_DAYS))
+            break
+    return Schedule(first, following, final)
 
 
 def _body(plan: Plan, noisy: Noisy, app: str, made: str, numbers: dict[str, object]) -> str:

@@ -1,7 +1,7 @@
 """The public answers of one process: the bytes of ``GET /``, ``GET /v1/stats`` and the downloads, with their
 headers, kept until a release is added.
 
-The numbers are :mod:`._public`'s (the stored releases, post-processed) and the page is :mod:`._report`'s; this
+The numbers are :mod:`._public`'s (the stored releases, post-processed) and the page is :mod:`._public_page`'s; this
 module only decides when to rebuild them and how they go out over HTTP. Imports run one way: the WSGI
 application (:mod:`._wsgi`) imports this module, which imports the page and the numbers, which import neither.
 """
@@ -13,8 +13,9 @@ import threading
 import time
 
 from ._common import CollectorError
+from ._html import CSP_HEADER
 from ._public import CHECK_SECONDS, document, releases_csv, releases_json
-from ._report import CSP_HEADER, render_public
+from ._public_page import render_public
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from typing import Final
 
     from ._common import Publishing, Release
+    from ._public import Document
     from ._store import Store
 
 _JSON_CSP: Final = "default-src 'none'; frame-ancestors 'none'"
@@ -29,6 +31,11 @@ _JSON_CSP: Final = "default-src 'none'; frame-ancestors 'none'"
 
 _JSON_HEADERS: Final = [("Content-Security-Policy", _JSON_CSP), ("X-Content-Type-Options", "nosniff")]
 _DOWNLOAD_HEADERS: Final = [*_JSON_HEADERS, ("Content-Disposition", "attachment")]
+_PAGE_HEADERS: Final = [
+    ("Content-Security-Policy", CSP_HEADER),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+]
 
 Answer = tuple[int, bytes, str, list[tuple[str, str]]]
 """(status, body, content type, more headers): what :class:`~._wsgi.Collector` sends."""
@@ -52,7 +59,7 @@ class Served:
         self._mark: tuple[tuple[int, str], str] | None = None
         self._checked = -1e18  # monotonic
         self._releases: list[Release] = []
-        self._doc: dict[str, object] = {}
+        self._doc: Document = document([], publishing)  # replaced by the first read, before any answer
         self._answers: dict[str, Answer] = {}  # a builder's name -> its answer
 
     def answer(self, build: Callable[[Served], Answer]) -> Answer:
@@ -88,12 +95,7 @@ class Served:
 
     def page(self) -> Answer:
         """``GET /``: the page."""
-        headers = [
-            ("Content-Security-Policy", CSP_HEADER),
-            ("X-Content-Type-Options", "nosniff"),
-            ("Referrer-Policy", "no-referrer"),
-        ]
-        return 200, render_public(self._doc).encode("utf-8"), "text/html; charset=utf-8", headers
+        return 200, render_public(self._doc).encode("utf-8"), "text/html; charset=utf-8", _PAGE_HEADERS
 
     def stats(self) -> Answer:
         """``GET /v1/stats``: the page's document as JSON."""

@@ -30,7 +30,7 @@ from PIL import Image
 from spool_reporter.collector import Publishing, Stats, Week, render_html
 from spool_reporter.collector._common import Row
 from spool_reporter.collector._public import document
-from spool_reporter.collector._report import render_public
+from spool_reporter.collector._public_page import render_public
 from spool_reporter.collector._svg import LABEL_Y
 
 from support.cdp import Browser, Page, find_chromium
@@ -51,7 +51,7 @@ pytestmark = [
 WIDTHS = (360, 390, 800, 1280)
 TREND = (0x0C, 0x4B, 0x33)
 PALETTE = [(0x4E, 0x79, 0xA7), (0xF2, 0x8E, 0x2B), (0xE1, 0x57, 0x59), (0x76, 0xB7, 0xB2), (0xA5, 0xA5, 0xA5)]
-"""The trend line's colour, and the first series colours and "other" of the stacked charts (``_report.py``)."""
+"""The trend line's colour, and the first series colours and "other" of the stacked charts (``_html.py``)."""
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +152,7 @@ def _colours(png: bytes, box: list[float]) -> set[tuple[int, int, int]]:
 
 
 PHONE = 640
-"""Up to this width (40rem) a table shows each row as a block, and no table scrolls sideways (``_report._CSS``)."""
+"""Up to this width (40rem) a table shows each row as a block, and no table scrolls sideways (``page.css``)."""
 
 
 def _check_layout(found: dict[str, object], width: int) -> None:

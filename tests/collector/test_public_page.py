@@ -1,9 +1,9 @@
-"""The public page (``collector/_report.py``'s :func:`render_public`, with ``_svg.py``), parsed: made from
-releases that the real roll-up made (a SQLite store, :func:`rollup` at a chosen ``now``), it shows each released
-number with its interval, "fewer than N" for the numbers below the display threshold and never their estimate,
-an honest sentence when nothing is released, the downloads and the licence; hostile values stay text; the
-same releases give the same bytes in any process. The operator's page (:func:`render_html`) is checked at the
-end; ``test_public_browser.py`` loads both in a real browser.
+"""The public page (``collector/_public_page.py``'s :func:`render_public`, with ``_html.py`` and ``_svg.py``),
+parsed: made from releases that the real roll-up made (a SQLite store, :func:`rollup` at a chosen ``now``), it
+shows each released number with its interval, "fewer than N" for the numbers below the display threshold and
+never their estimate, an honest sentence when nothing is released, the downloads and the licence; hostile values
+stay text; the same releases give the same bytes in any process. The operator's page (:func:`render_html`) is
+checked at the end; ``test_public_browser.py`` loads both in a real browser.
 
 The noise is real, so the tests compare the page with the document it was made from (``public(store)``),
 not with the true counts, except where the settings make the outcome certain (a display threshold of a
@@ -30,8 +30,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spool_reporter.collector import Publishing, Stats, Week, public, render_html
+from spool_reporter.collector._html import CSP, CSP_HEADER, MAX_SERIES
 from spool_reporter.collector._public import document
-from spool_reporter.collector._report import CSP, CSP_HEADER, MAX_SERIES, render_public
+from spool_reporter.collector._public_page import render_public
 from spool_reporter.collector._rollup import rollup
 from spool_reporter.collector._store import Store
 from spool_reporter.collector._svg import nice_max
@@ -459,7 +460,7 @@ def test_the_same_releases_give_the_same_bytes_in_any_process(tmp_path: Path) ->
     assert render_public(public(str(db))) == here
     code = (
         "import sys; from spool_reporter.collector import public; "
-        "from spool_reporter.collector._report import render_public; "
+        "from spool_reporter.collector._public_page import render_public; "
         "sys.stdout.buffer.write(render_public(public(sys.argv[1])).encode())"
     )
     for seed in ("1", "2"):  # other hash seeds: no set order, no clock, no process state shows

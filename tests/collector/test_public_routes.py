@@ -22,9 +22,9 @@ import urllib3
 
 from spool_reporter._hook import iso_time
 from spool_reporter.collector import CollectorServer, Policy, Publishing, Retention, open_store, public
+from spool_reporter.collector._html import CSP_HEADER
 from spool_reporter.collector._public import document, releases_csv, releases_json
 from spool_reporter.collector._release import FINAL, PROVISIONAL
-from spool_reporter.collector._report import CSP_HEADER
 from spool_reporter.collector._sqlite import SQLiteStore
 from spool_reporter.collector._store import Reader
 from spool_reporter.collector._wsgi import Collector
