@@ -71,20 +71,12 @@ NBSP: Final = "&#160;"
 """Keeps ``95 %`` on one line."""
 
 
-def monday(week: str) -> datetime.date | None:
-    """The Monday of ISO week ``week`` (``2026-W48``), or ``None`` if it is no such week."""
-    try:
-        return _weeks.monday(week)
-    except ValueError:
-        return None
-
-
 def window(labels: Sequence[str]) -> list[str]:
     """The last :data:`CHART_WEEKS` ISO weeks up to the newest of ``labels`` (oldest first), weeks without
     numbers included, so that a chart shows a gap where a week has none."""
     if not labels:
         return []
-    last, first = monday(labels[-1]), monday(labels[0])
+    last, first = _weeks.monday_or_none(labels[-1]), _weeks.monday_or_none(labels[0])
     if last is None or first is None:  # not ISO weeks (a database written by hand): the labels as they are
         return list(labels[-CHART_WEEKS:])
     span = max(1, min(CHART_WEEKS, (last - first).days // 7 + 1))

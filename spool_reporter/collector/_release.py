@@ -340,10 +340,7 @@ def schedule(weeks: Sequence[tuple[str, str, str]], first_week: str) -> Schedule
     """
     first = None
     if not weeks:
-        try:
-            monday = _weeks.monday(first_week)
-        except ValueError:
-            monday = None
+        monday = _weeks.monday_or_none(first_week)
         if monday is not None and monday.year < datetime.MAXYEAR:
             first = Expected(first_week, monday + datetime.timedelta(days=7))
     following = None

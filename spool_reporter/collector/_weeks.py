@@ -13,7 +13,16 @@ import functools
 
 from spool_reporter._event import MEMO_SIZE
 
-__all__ = ["first_week_of", "iso_week", "monday", "this_week", "week_before", "week_of", "week_of_valid"]
+__all__ = [
+    "first_week_of",
+    "iso_week",
+    "monday",
+    "monday_or_none",
+    "this_week",
+    "week_before",
+    "week_of",
+    "week_of_valid",
+]
 
 
 def week_of(day: datetime.date) -> str:
@@ -26,6 +35,14 @@ def monday(week: str) -> datetime.date:
     """The first day of ``week`` (``"2026-W49"`` -> ``date(2026, 11, 30)``); :exc:`ValueError` unless it is one."""
     year, num = week.split("-W")
     return datetime.date.fromisocalendar(int(year), int(num), 1)
+
+
+def monday_or_none(week: str) -> datetime.date | None:
+    """:func:`monday` of ``week``, or ``None`` if it is no ISO week (a name from a database written by hand)."""
+    try:
+        return monday(week)
+    except ValueError:
+        return None
 
 
 def iso_week(time_text: str) -> str | None:
@@ -60,10 +77,7 @@ def week_before(week: str) -> str:
 
 def first_week_of(text: str) -> str:
     """``--first-week``'s text (``"2026-W49"``) checked: a real ISO week; :exc:`ValueError` otherwise."""
-    try:
-        first = monday(text.strip())
-    except ValueError:
-        first = None
+    first = monday_or_none(text.strip())
     if first is None or week_of(first) != text.strip():
         msg = f"not an ISO week like 2026-W49: {text!r}"
         raise ValueError(msg)
