@@ -159,7 +159,7 @@ def inputs(ctx: Context) -> tuple[dict[str, str] | None, dict[str, str] | None, 
 
 def _mode_text(decision: _hook.Decision) -> str:
     if decision.local:
-        why = " (the system policy's default)" if decision.reason == "policy:local" else ""
+        why = " (the system policy's default)" if decision.reason in ("policy:local", "app:local") else ""
         return f"local: events are recorded on this machine and never sent{why}"
     return {
         _hook.MODE_OPT_IN: "opt-in: the system policy keeps reporting off until you run 'enable'",

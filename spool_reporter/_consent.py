@@ -31,6 +31,15 @@ REASON_TEXT: Final = {
     "user:local": "you chose local mode (mode=local in your config file): events stay on this machine, never sent",
     "policy:local": "the system policy's default is local mode: events stay on this machine, never sent; "
     "'enable' sends them",
+    "policy:ask": "the system policy asks first: nothing is recorded until you answer the question a reported "
+    "command asks at a terminal (or run 'enable' or 'disable')",
+    "app:opt-in": "this application makes reporting opt-in; run 'enable' to opt in",
+    "app:local": "this application's default is local mode: events stay on this machine, never sent; "
+    "'enable' sends them",
+    "app:ask": "this application asks first: nothing is recorded until you answer the question a reported command "
+    "asks at a terminal (or run 'enable' or 'disable')",
+    "destination:retired": "the destination retired itself (it answered HTTP 410 Gone): nothing is recorded or sent "
+    "while it stays the destination; configuring another one starts afresh",
     "default": "on by default (opt-out), as DEP 8 proposes",
 }
 """Human wording of each reason, for ``status``; :func:`explain` adds the value that decided, when given."""

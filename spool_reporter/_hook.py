@@ -95,11 +95,18 @@ class App:
         environment, the user file and the policy override it. With no destination, nothing is recorded.
     :param transport: its wire format: ``"json"`` only.
     :param notice_revision: raise it when the tool sends somewhere new: the notice is shown again, once.
+    :param default: the consent default where no system policy names one: ``"opt-out"`` (DEP 8's), ``"opt-in"``,
+        ``"local"`` or ``"ask"`` (ask once at a terminal; docs/consent.md).
+    :param ask_default: in ask mode, what Enter means: ``"yes"`` (DEP 8's opt-out) or ``"no"``.
+    :param ask_after: in ask mode, ask at the Nth terminal run; the runs before it record and ask nothing.
     """
 
     __slots__ = (
+        "ask_after",
+        "ask_default",
         "cli_name",
         "config_name",
+        "default",
         "docs_url",
         "endpoint",
         "env_prefix",
@@ -120,6 +127,9 @@ class App:
     endpoint: "str | None"
     transport: "str"
     notice_version: "int"
+    default: "str"
+    ask_default: "str"
+    ask_after: "int"
 
     def __init__(
         self,
@@ -134,6 +144,9 @@ class App:
         endpoint: "str | None" = None,
         transport: "str" = "json",
         notice_revision: "int" = 0,
+        default: "str" = "opt-out",
+        ask_default: "str" = "yes",
+        ask_after: "int" = 1,
     ) -> "None":
         set_ = object.__setattr__
         set_(self, "name", _check(name, NAME_CHARS, "name"))
@@ -159,6 +172,18 @@ class App:
             raise ValueError(msg)
         # The notice's version: the library's (what is collected) plus the integrator's (where it goes).
         set_(self, "notice_version", NOTICE_VERSION + notice_revision)
+        if default not in (MODE_OPT_OUT, MODE_OPT_IN, MODE_LOCAL, MODE_ASK):
+            msg = f"default must be 'opt-out', 'opt-in', 'local' or 'ask', got {default!r}"
+            raise ValueError(msg)
+        set_(self, "default", default)
+        if ask_default not in ("yes", "no"):
+            msg = f"ask_default must be 'yes' or 'no', got {ask_default!r}"
+            raise ValueError(msg)
+        set_(self, "ask_default", ask_default)
+        if not isinstance(ask_after, int) or isinstance(ask_after, bool) or not 1 <= ask_after <= MAX_ASK_AFTER:
+            msg = f"ask_after must be an int from 1 to {MAX_ASK_AFTER}, got {ask_after!r}"
+            raise ValueError(msg)
+        set_(self, "ask_after", ask_after)
 
     def __setattr__(self, key: "str", value: "object") -> "None":
         msg = "App is immutable"
@@ -418,12 +443,16 @@ def is_broken(values: "dict[str, str] | None") -> "bool":
 #  9. the system policy says default=off (opt-in mode)      -> off  policy:opt-in
 # 10. the user file says mode=local                         -> on, local  user:local
 # 11. the system policy says default=local                  -> on, local  policy:local
-# 12. otherwise (DEP 8's opt-out)                           -> on   default
+# 12. the system policy says default=ask (not answered yet) -> off  policy:ask  (the hook may ask: _ask)
+# 13. otherwise (DEP 8's opt-out)                           -> on   default
 #
-# "Local" means recorded and kept on this machine, never sent. A sending "on" (7 and 12) needs a destination: when
-# neither <P>_ANALYTICS_ENDPOINT, the user file, the policy nor the App names an endpoint, nothing could ever be
-# sent, so nothing is recorded -> off destination:none. The system policy is the first <config_name> file found in
-# the system configuration folders, in order (Linux: each entry of $XDG_CONFIG_DIRS, default /etc/xdg).
+# Where the system policy names no default=, the App's `default` stands in for it (rules 9, 11, 12: app:opt-in,
+# app:local, app:ask). "Local" means recorded and kept on this machine, never sent. A sending "on" (7 and 13), and
+# the question (12), need a destination: when neither <P>_ANALYTICS_ENDPOINT, the user file, the policy nor the App
+# names an endpoint, nothing could ever be sent, so nothing is recorded -> off destination:none; and a destination
+# that answered 410 Gone (its URL is in the user file's retired=, written by the flusher) is not sent to again ->
+# off destination:retired. The system policy is the first <config_name> file found in the system configuration
+# folders, in order (Linux: each entry of $XDG_CONFIG_DIRS, default /etc/xdg).
 
 #: Environment variables whose presence marks a CI run (``CI=false``/``0`` does not count): the generic marker
 #: most CI services set, then vendor-specific ones for those that do not.
@@ -448,8 +477,9 @@ CI_VARIABLES: "Final" = (
     "WOODPECKER",
 )
 
-#: Reasons that mean the user or the system said no: queued events are deleted, not kept.
-HARD_OFF_REASONS: "Final" = frozenset({"policy:disable", "user:disable"})
+#: Reasons that mean the user or the system said no, or the destination retired itself: queued events are deleted,
+#: not kept.
+HARD_OFF_REASONS: "Final" = frozenset({"policy:disable", "user:disable", "destination:retired"})
 
 #: The policy's default (``default=``, :attr:`Decision.mode`): opt-out (DEP 8's) unless it says otherwise.
 MODE_OPT_OUT: "Final" = "opt-out"
@@ -459,6 +489,15 @@ MODE_OPT_IN: "Final" = "opt-in"
 
 #: ``default=local``: events are recorded and kept on this machine, never sent.
 MODE_LOCAL: "Final" = "local"
+
+#: ``default=ask``: nothing is recorded until the user answers one question at a terminal (_ask asks it).
+MODE_ASK: "Final" = "ask"
+
+#: The largest ``ask_after=`` (policy or App): a bound, so that a typo cannot mean "never ask".
+MAX_ASK_AFTER: "Final" = 100
+
+#: The user file's key that lists (space-separated) the destinations that answered 410 Gone.
+RETIRED_KEY: "Final" = "retired"
 
 
 class Decision:
@@ -525,19 +564,40 @@ def decide(
 ) -> "Decision":
     # Decide from already-read inputs. Pure: no I/O. ``None`` means "no such file".
     default = "" if policy is None else policy.get("default", "").strip().lower()
+    who = "policy:"
+    if not default:
+        default = app.default
+        who = "app:"
     mode = (
-        MODE_OPT_IN if default in ("off", "0", "opt-in", "no") else MODE_LOCAL if default == "local" else MODE_OPT_OUT
+        MODE_OPT_IN
+        if default in ("off", "0", "opt-in", "no")
+        else MODE_LOCAL
+        if default == "local"
+        else MODE_ASK
+        if default == "ask"
+        else MODE_OPT_OUT
     )
     user_local = user is not None and user.get("mode", "").strip().lower() == "local"
 
     def off(reason: "str") -> "Decision":
         return Decision(enabled=False, reason=reason, mode=mode)
 
+    def nowhere() -> "str | None":
+        # Why no event could leave: no destination from any source, or the one named retired itself (410).
+        endpoint = named_endpoint(app, environ, user, policy) or app.endpoint
+        if not endpoint:
+            return "destination:none"
+        retired = None if user is None else user.get(RETIRED_KEY)
+        if retired is not None and endpoint in retired.split():
+            return "destination:retired"
+        return None
+
     def on(reason: "str", local: "bool" = False) -> "Decision":
         # Nothing is recorded that could never leave: with no destination from any source, reporting is off --
         # unless the events are to stay here (local mode), where no destination is needed.
-        if not local and not has_destination(app, environ, user, policy):
-            return off("destination:none")
+        why = None if local else nowhere()
+        if why is not None:
+            return off(why)
         return Decision(enabled=True, reason=reason, mode=mode, local=local)
 
     if truthy(environ.get(app.env_disable)):
@@ -559,11 +619,13 @@ def decide(
     if ci is not None:
         return off("ci:" + ci)
     if mode == MODE_OPT_IN:
-        return off("policy:opt-in")
+        return off(who + "opt-in")
     if user_local:
         return on("user:local", True)
     if mode == MODE_LOCAL:
-        return on("policy:local", True)
+        return on(who + "local", True)
+    if mode == MODE_ASK:
+        return off(nowhere() or who + "ask")
     return on("default")
 
 
