@@ -89,10 +89,11 @@ class _Flushed:
     def ok(self) -> bool:
         """Whether nothing is left to send (exit status 0)."""
         outcome = "local" if self.result is None else self.result.outcome
-        # "0 when nothing is left to send": delivered, nothing queued, or everything deleted because reporting is off.
-        # "local": local mode was chosen while this flush sent; what stays queued stays by that choice.
+        # "0 when nothing is left to send": delivered, nothing queued, or everything deleted because reporting is off
+        # or the destination retired itself. "local": local mode was chosen while this flush sent; what stays
+        # queued stays by that choice.
         return outcome in ("delivered", "nothing", "local") or (
-            outcome in ("disabled", "invalid-endpoint") and not self.remaining
+            outcome in ("disabled", "invalid-endpoint", "retired") and not self.remaining
         )
 
 
@@ -135,7 +136,8 @@ def _gather_flush(ctx: Context) -> _Flushed:
         destination = dest.redacted_url() if dest is not None else None
     elif result.outcome == "disabled":
         user, policy, decision = inputs(ctx)
-        reason = _consent.explain(decision.reason, environ=env, user=user, policy=policy)
+        named = _hook.named_endpoint(app, env, user, policy) or app.endpoint
+        reason = _consent.explain(decision.reason, environ=env, user=user, policy=policy, endpoint=named)
     return _Flushed(result, remaining, count_local(app, env), destination=destination, reason=reason)
 
 
@@ -178,6 +180,8 @@ def _flush_message(flushed: _Flushed, result: FlushResult) -> str:
         elif remaining:
             message += f"; {counted(remaining, 'queued event')} kept, not sent"
         return message + "."
+    if result.outcome == "retired":
+        return result.message[:1].upper() + result.message[1:] + "."  # "The destination <url> retired itself ..."
     if result.outcome == "invalid-endpoint":
         message = result.message[:1].upper() + result.message[1:]  # "The destination is invalid: <why>"
         if remaining:

@@ -15,6 +15,12 @@ meanwhile and, if it can take the lock again at once, sends them in another roun
 
 **Delivery and counting.** At least once: :mod:`._round` says how a round claims, sends and settles the spool,
 and how a 2xx that refuses some events is counted.
+
+**A destination that retires itself.** Any ``410 Gone`` ends the run at once (:func:`_retired`): the endpoint, as
+named, joins ``retired=`` in the user's config file (with ``retired_on=`` and ``notice_version=0``, so that another
+destination shows the notice again), every queued event is deleted, and the outcome is ``retired``. From then on
+the consent rule ``destination:retired`` records nothing and starts no flusher while that endpoint stays the
+destination (docs/flusher.md, "A destination that retires itself").
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from . import _consent, _files, _hook, _settings, _spawn, _spool, _state
+from . import _consent, _files, _hook, _settings, _spawn, _spool, _state, _userconf
 from ._counters import refused_text
 from ._hook import FLUSHER_LOCK_FD_ENV, FLUSHER_LOCK_NAME, GATE_NAME, App, iso_time
 from ._http import Answer
@@ -54,6 +60,13 @@ DRAIN_ROUNDS: Final = 5
 """At most this many claim/send rounds in one run (:func:`_drain`): events recorded while a flusher runs leave in
 that run, and a steady stream of them cannot keep one flusher going beyond this."""
 
+MAX_RETIRED: Final = 8
+"""``retired=`` keeps the last this many destinations that answered ``410 Gone`` (oldest dropped first)."""
+
+MAX_RETIRED_CHARS: Final = 4096
+"""... and at most this many characters of them: a quarter of the config file's cap (``_hook.MAX_CONFIG_BYTES``),
+so that a list of long URLs can never make the file too large to read."""
+
 DRAIN_SHARE: Final = 0.25
 """Another round starts only while at least this share of the deadline is left (and at least
 :data:`~._round.SETTLE_SECONDS`): 5 s of the 20 s, so that a round started late does not run into the deadline,
@@ -68,10 +81,11 @@ class FlushResult:
     """``delivered`` (something was sent or rejected, nothing failed), ``nothing`` (empty spool),
     ``disabled`` (reporting is off; see :attr:`purged`), ``local`` (local mode: nothing is sent),
     ``invalid-endpoint`` (the destination that is named is not valid, nothing is sent; :attr:`message` says
-    why, as ``status`` does), ``failed`` (a request failed or the back-off is pending; events kept) or ``busy``
-    (another flusher is running, or the spool lock is held), ``unusable-folder`` (the spool folder cannot be
-    used: read-only, missing, or a link planted for it; nothing is read or sent, and :attr:`message` starts with
-    :data:`UNUSABLE_FOLDER`)."""
+    why, as ``status`` does), ``retired`` (the destination answered ``410 Gone``: it is recorded as retired, and
+    every queued event was deleted, :attr:`purged`), ``failed`` (a request failed or the back-off is pending;
+    events kept) or ``busy`` (another flusher is running, or the spool lock is held), ``unusable-folder`` (the
+    spool folder cannot be used: read-only, missing, or a link planted for it; nothing is read or sent, and
+    :attr:`message` starts with :data:`UNUSABLE_FOLDER`)."""
     sent: int = 0
     """Events the destination acknowledged with a 2xx and that left the spool."""
     rejected: int = 0
@@ -81,7 +95,7 @@ class FlushResult:
     remaining: int = 0
     """Events still queued when the run ended."""
     purged: int = 0
-    """Events deleted because reporting is off."""
+    """Events deleted because reporting is off, or because the destination retired itself."""
     refused: Mapping[str, int] = field(default_factory=dict)
     """Events the destination answered 2xx to but refused for good, by its reason (``{"over_cap": 500}``):
     they left the spool and are not counted in :attr:`sent`."""
@@ -156,12 +170,13 @@ def _decide_and_drain(
     path = _hook.state_dir(app, env)
     user, policy = _hook.read_inputs(app, env)
     decision = _hook.decide(app, env, user, policy)
+    named = _hook.named_endpoint(app, env, user, policy) or app.endpoint or ""
     if not decision.enabled:
         purged = purge(app, env) if decision.hard_off else 0
         return FlushResult(
             outcome="disabled",
             purged=purged,
-            message=f"reporting is off: {_consent.explain(decision.reason)}"
+            message=f"reporting is off: {_consent.explain(decision.reason, user=user, endpoint=named)}"
             + (f"; deleted {counted(purged, 'queued event')}" if purged else ""),
         )
     if decision.local:
@@ -215,6 +230,7 @@ def _decide_and_drain(
             env=env,
             user=user,
             destination=destination,
+            named=named,
             tune=tune,
             deadline=until,
             progress=progress,
@@ -294,8 +310,8 @@ def _summed(results: list[FlushResult], queued: int | None, url: str) -> FlushRe
             refused[reason] = refused.get(reason, 0) + n
     refused = dict(sorted(refused.items()))
     remaining = last.remaining if queued is None else queued
-    # A round that failed, or that the user's "no" stopped, says how the run ended.
-    if last.outcome in ("failed", "disabled", "local") or not (sent or rejected):
+    # A round that failed, that the user's "no" stopped, or whose destination retired itself, says how the run ended.
+    if last.outcome in ("failed", "disabled", "local", "retired") or not (sent or rejected):
         outcome, message = last.outcome, last.message
         if sent > last.sent:
             message += f" (the run's earlier rounds sent {sent - last.sent})"
@@ -341,7 +357,7 @@ def _stopped(job: Round, decision: _hook.Decision, refused: dict[str, int], turn
     sent before it."""
     purged = purge(job.app, job.env) if decision.hard_off else 0
     outcome: Outcome = "disabled" if not decision.enabled else "local"
-    why = _consent.explain(decision.reason)
+    why = _consent.explain(decision.reason, user=job.user, endpoint=job.named)
     message = (
         f"stopped ({why}): sent {counted(job.sent, 'event')} before, made no further request"
         + (f"; {turned}" if turned else "")
@@ -387,6 +403,8 @@ def _send_round(job: Round, *, ignore_backoff: bool) -> FlushResult:
         job.sender.close()
     refused = dict(sorted(job.refused.items()))
     turned = f"the destination refused {refused_text(refused, 'event')}" if refused else ""
+    if job.gone is not None and failure is None:
+        return _retired(job, job.gone, refused)
     if job.stopped is not None and failure is None:
         return _stopped(job, job.stopped, refused, turned)
     remaining = _spool.count_queued(folder)
@@ -423,6 +441,67 @@ def _send_round(job: Round, *, ignore_backoff: bool) -> FlushResult:
         sent=job.sent,
         rejected=job.rejected,
         remaining=remaining,
+        refused=refused,
+        message=message,
+    )
+
+
+def retired_list(user: Mapping[str, str] | None, endpoint: str) -> str:
+    """``retired=`` with ``endpoint`` added last (once): at most the last :data:`MAX_RETIRED` destinations and
+    :data:`MAX_RETIRED_CHARS` characters, space-separated (an endpoint holds no space: ``_settings``)."""
+    old = [url for url in ("" if user is None else user.get(_hook.RETIRED_KEY, "")).split() if url != endpoint]
+    kept = [*old, endpoint][-MAX_RETIRED:]
+    while len(kept) > 1 and len(" ".join(kept)) > MAX_RETIRED_CHARS:
+        kept.pop(0)
+    return " ".join(kept)
+
+
+def _retired(job: Round, gone: Answer, refused: dict[str, int]) -> FlushResult:
+    """The end of a run whose destination answered ``410 Gone``: record it as retired in the user's config file
+    (``retired=``, ``retired_on=``, ``notice_version=0``), delete every queued event, log it and write the outcome.
+
+    The queue goes even when the config file cannot be changed; then the message says so, and the next
+    background flusher waits :data:`NO_ENDPOINT_RETRY` (it would be answered 410 again)."""
+    folder, url = job.folder, job.destination.redacted_url()
+    day = time.strftime("%Y-%m-%d", time.gmtime(now()))
+    changes = {_hook.RETIRED_KEY: retired_list(job.user, job.named), "retired_on": day, "notice_version": "0"}
+    unrecorded = ""
+    try:
+        path = _userconf.update(job.app, changes, job.env)
+    except _userconf.ConfigError as exc:
+        unrecorded = str(exc)
+    try:
+        purged = purge(job.app, job.env)
+    except _files.LockTimeout:
+        purged = -1  # a stuck process holds the spool lock: the hook deletes them once it sees the rule
+    message = f"the destination {url} retired itself (HTTP {gone.status} Gone)"
+    message += f"; sent {counted(job.sent, 'event')} before it" if job.sent else ""
+    message += f"; the destination refused {refused_text(refused, 'event')}" if refused else ""
+    message += "; the queue could not be deleted now (the spool lock is busy)" if purged < 0 else ""
+    message += f"; deleted {counted(purged, 'queued event')}" if purged > 0 else ""
+    if unrecorded:
+        message += (
+            f"; but it could not be recorded as retired ({unrecorded}): events are recorded again, and the next "
+            "flusher will find it gone again"
+        )
+    else:
+        message += (
+            f"; nothing more is recorded or sent while it stays the destination (retired= in {path}); "
+            "configuring another destination starts afresh"
+        )
+    _state.record_outcome(
+        folder, outcome="retired", error=None, retry_after=None, tune=job.tune, sent=job.sent, refused=refused
+    )
+    if unrecorded:
+        with contextlib.suppress(OSError):
+            _spawn.touch(folder, GATE_NAME, now() + min(NO_ENDPOINT_RETRY, job.tune.backoff_cap))
+    log(folder, job.secretless(f"retired: {message}"))
+    return FlushResult(
+        outcome="retired",
+        sent=job.sent,
+        rejected=job.rejected,
+        remaining=_spool.count_queued(folder),
+        purged=max(0, purged),
         refused=refused,
         message=message,
     )

@@ -37,6 +37,11 @@ DEADLINE_SLACK: Final = 0.05
 """A request that ends in a timeout this close to the deadline (or later) is reported as the deadline's: the
 per-request timeouts are clamped to what is left of it (urllib3's own rounding makes up the slack)."""
 
+GONE: Final = 410
+"""``410 Gone`` (RFC 9110 15.5.11: "no longer available ... likely to be permanent"): the one answer that stops a
+flusher for good, the destination retiring itself (:attr:`Answer.kind` ``gone``). It can only reduce what is
+sent, so it needs no signature (docs/threat-model.md)."""
+
 MAX_RESPONSE_BYTES: Final = 4096
 """Response bytes read at most (no content decoding): enough for the collector's answer or an error text."""
 
@@ -199,11 +204,14 @@ class Answer:
 
     @property
     def kind(self) -> str:
-        """``ok`` (2xx), ``drop`` (4xx other than 408/429: the batch is refused for good) or ``retry``."""
+        """``ok`` (2xx), ``gone`` (410: the destination retired itself, docs/flusher.md), ``drop`` (any other 4xx
+        but 408/429: the batch is refused for good) or ``retry``."""
         if self.status is None:
             return "retry"
         if 200 <= self.status < 300:
             return "ok"
+        if self.status == GONE:
+            return "gone"
         if 400 <= self.status < 500 and self.status not in (408, 429):
             return "drop"
         return "retry"

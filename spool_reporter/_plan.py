@@ -67,10 +67,12 @@ def plan(app: App, *, environ: Mapping[str, str] | None = None) -> Plan:
     decision = _hook.decide(app, env, user, policy)
     if not decision.enabled:
         what = "queued events would be deleted" if decision.hard_off else "nothing would be sent"
+        named = _hook.named_endpoint(app, env, user, policy) or app.endpoint
+        why = _consent.explain(decision.reason, user=user, endpoint=named)
         return Plan(
             events=events,
             requests=[],
-            reason=f"reporting is off ({_consent.explain(decision.reason)}); {what}",
+            reason=f"reporting is off ({why}); {what}",
             invalid=invalid,
             local_events=kept,
         )

@@ -6,9 +6,10 @@ spool lock, and reads what a 2xx answer says the destination refused.
 
 **Delivery.** At least once: claim by rename under the spool lock, send sealed segments oldest first,
 delete a segment's events only after their batch got a 2xx (a partly sent segment is rewritten with the
-unsent lines, temporary file + rename, under the lock). 4xx other than 408/429 drop that batch (counted as
+unsent lines, temporary file + rename, under the lock). 4xx other than 408/410/429 drop that batch (counted as
 ``rejected``); timeouts, connection errors, 3xx, 408, 429 and 5xx keep everything and back off
-(:mod:`._state` writes the outcome, the back-off and the log).
+(:mod:`._state` writes the outcome, the back-off and the log). ``410 Gone`` stops the run at once
+(:attr:`Round.gone`): the destination retired itself, and :mod:`._flush` retires it here for good.
 
 **Counting.** A 2xx whose body is a JSON object with a ``refused`` mapping (the collector's answer,
 ``{"refused": {"over_cap": 500}}``) or, from an older collector, only a ``rejected`` count, says that some
@@ -112,11 +113,15 @@ class Round:
         env: Mapping[str, str],
         user: dict[str, str] | None,
         destination: _settings.Destination,
+        named: str,
         tune: _settings.Tuning,
         deadline: float,
         progress: Callable[[int, int], None] | None,
     ) -> None:
         self.app = app
+        self.named = named
+        """The endpoint exactly as named (``_hook.named_endpoint(...) or app.endpoint``): what ``retired=`` records
+        and the consent rule ``destination:retired`` compares."""
         self.env = env
         self.folder = folder
         self.user = user
@@ -134,6 +139,8 @@ class Round:
         self.sent_ids: set[str] = set()
         self.stopped: _hook.Decision | None = None
         """The decision that stopped this run: the user said no (or chose local mode) while it was sending."""
+        self.gone: Answer | None = None
+        """The ``410 Gone`` that stopped this run: the destination retired itself (no further request is made)."""
 
     @property
     def spool_lock(self) -> _files.FolderLock:
@@ -252,6 +259,9 @@ class Round:
                         self.folder,
                         f"batch of {len(ids)}: the destination refused " + refused_text(turned),
                     )
+            elif answer.kind == "gone":
+                self.gone = answer  # the rest of the queue is deleted by _flush, not settled here
+                break
             elif answer.kind == "drop":
                 done |= ids
                 rejected += len(ids)
@@ -294,6 +304,6 @@ class Round:
             done += handled
             if failure is not None:
                 return failure
-            if self.stopped is not None:
+            if self.stopped is not None or self.gone is not None:
                 break
         return None

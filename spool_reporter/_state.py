@@ -56,9 +56,11 @@ def now() -> float:
     return time.time()
 
 
-Outcome = Literal["delivered", "nothing", "disabled", "local", "invalid-endpoint", "failed", "busy", "unusable-folder"]
-"""How a flusher run ended (:attr:`spool_reporter._flush.FlushResult.outcome`); the first six are written to
-``state.json`` (``unusable-folder``: there is no folder to write to)."""
+Outcome = Literal[
+    "delivered", "nothing", "disabled", "local", "invalid-endpoint", "failed", "retired", "busy", "unusable-folder"
+]
+"""How a flusher run ended (:attr:`spool_reporter._flush.FlushResult.outcome`); the first seven are written to
+``state.json`` (``busy``: another run writes it; ``unusable-folder``: there is no folder to write to)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,7 +4,7 @@ GA4-shaped payloads), judges each event on its own, and stores no IP address.
 Public API (``__all__``: one line each here and on ``docs/public-api.md``; everything else in this package is
 private)::
 
-    make_app(db, *, forward=None, policy=None, limits=None, publishing=None, retention=None) -> Collector  # WSGI
+    make_app(db, *, forward=None, policy=None, limits=None, publishing=None, retention=None, retired=False)  # WSGI
     serve(db, *, host="127.0.0.1", port=0, ...) -> CollectorServer   # embedded server, bound; make_app's options
     stats(db, *, app="Django") -> Stats          # distinct developers per ISO week (exact: the operator's)
     public(db, *, publishing=None) -> dict       # what GET /v1/stats serves: the stored releases
@@ -45,7 +45,8 @@ event is judged on its own; a well-formed batch is answered ``200 {"accepted": n
 "rejected": r, "refused": {reason: k}}`` once it is durable (``refused``: the ``r`` refused events by reason).
 ``400`` with a short reason for a body that is not a batch; ``413`` for a body over the cap; ``411`` without
 a length; ``415`` for another content type or a content encoding;
-``503`` with ``Retry-After`` when the database is busy or unreachable. ``GET /v1/health`` answers
+``503`` with ``Retry-After`` when the database is busy or unreachable; ``410`` to every batch once the collector
+is retired (``retired=True``: each client that receives it stops for good). ``GET /v1/health`` answers
 ``{"ok": true}``. ``GET /`` is the public page and ``GET /v1/stats`` its JSON (``public(db)``), with
 ``GET /v1/releases.json`` and ``GET /v1/releases.csv`` as downloads: every public number is a stored
 release, made once with differential privacy (``docs/collector.md``). ``POST /v1/forget`` with
@@ -99,6 +100,7 @@ if TYPE_CHECKING:
         min_count: int | None
         retention: Retention | None
         publishing: Publishing | None
+        retired: bool
 
 
 __all__ = [
@@ -184,6 +186,7 @@ def make_app(
     min_count: int | None = None,
     retention: Retention | None = None,
     publishing: Publishing | None = None,
+    retired: bool = False,
 ) -> Collector:
     """The collector as a WSGI application storing into ``db`` (a SQLite path, created if missing, or a
     ``postgresql://`` URL; the schema is created or migrated either way).
@@ -196,6 +199,9 @@ def make_app(
     :param retention: how long raw events are kept, and how often ingest starts a roll-up (:class:`Retention`).
     :param publishing: what is released publicly and how (:class:`Publishing`: ε, the application, the
         licence).
+    :param retired: answer every batch (``POST /v1/batch`` and ``POST /mp/collect``) ``410 Gone``, which makes
+        each client that receives it stop reporting here for good and delete its queue; forgetting, the health
+        check and the public numbers keep working (``serve --retired``, docs/collector.md).
     :raises CollectorError: the database cannot be opened (one line saying why), or the retention is shorter
         than the maximum event age plus a week.
     """
@@ -213,7 +219,9 @@ def make_app(
     check_retention(retention or Retention(), (policy or Policy()).max_age)
     store = open_store(db, limits=limits)
     try:
-        return Collector(store, forward=forward, policy=policy, publishing=publishing, retention=retention)
+        return Collector(
+            store, forward=forward, policy=policy, publishing=publishing, retention=retention, retired=retired
+        )
     except BaseException:
         store.close()
         raise
@@ -224,7 +232,7 @@ def serve(
 ) -> CollectorServer:
     """A bound embedded server for :func:`make_app` (``port=0``: a free port, see ``.port`` and ``.url``), which
     takes the rest of the keyword arguments (``forward``, ``policy``, ``limits``, ``min_count``, ``retention``,
-    ``publishing``).
+    ``publishing``, ``retired``).
 
     Call ``.serve_forever()`` or ``.start()`` (a daemon thread), and ``.stop()``; or use ``with``.
     """

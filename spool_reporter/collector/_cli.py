@@ -257,6 +257,13 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument("--ga4-endpoint", default=None, help=argparse.SUPPRESS)  # tests: a loopback fake
     serve.add_argument(
+        "--retired",
+        action="store_true",
+        help="retire this collector: answer every batch (POST /v1/batch, POST /mp/collect) 410 Gone, so that "
+        "each client that receives it stops reporting here for good and deletes its queue; POST /v1/forget and "
+        f"the public numbers keep working (the WSGI application: {VARIABLES.retired}=1)",
+    )
+    serve.add_argument(
         "--min-count",
         type=_min_count,
         default=MIN_COUNT,

@@ -83,6 +83,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             limits=keep,
             publishing=_publishing(args),
             retention=retain,
+            retired=args.retired,
         )
     except CollectorError as exc:
         print_error(args.collector_prog, f"{exc}")
@@ -95,6 +96,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             args.collector_prog,
             "the embedded server speaks plain HTTP and clients send to other machines over "
             "HTTPS only; put a TLS proxy in front of it (without access logs, which would record addresses).",
+        )
+    if args.retired:
+        print_error(
+            args.collector_prog,
+            "retired: every batch is answered 410 Gone, and each client that receives it stops reporting here "
+            "for good and deletes its queue; POST /v1/forget and the public numbers keep working.",
         )
     try:
         print(f"listening on {server.url}", flush=True)  # a closed pipe here still stops the server

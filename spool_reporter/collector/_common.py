@@ -255,6 +255,7 @@ class Variables(NamedTuple):
     data_license: str = "SPOOL_REPORTER_COLLECTOR_DATA_LICENSE"
     retain_days: str = "SPOOL_REPORTER_COLLECTOR_RETAIN_DAYS"
     rollup_every: str = "SPOOL_REPORTER_COLLECTOR_ROLLUP_EVERY"
+    retired: str = "SPOOL_REPORTER_COLLECTOR_RETIRED"
     forward_ga4: str = "SPOOL_REPORTER_GA4_MEASUREMENT_ID"
     # Never an option: on the command line, ``ps`` would show the secret.
     ga4_api_secret: str = "SPOOL_REPORTER_GA4_API_SECRET"  # noqa: S105 - a variable's name, not a secret

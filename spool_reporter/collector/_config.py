@@ -5,7 +5,8 @@ Each setting has an option (``--max-age-days``) and an environment variable, nam
 which are :mod:`._common`'s. The command line parses its options with argparse and checks their values here
 (:func:`policy`, :func:`limits`, :func:`retention`); :func:`from_environ` reads the variables for ``wsgi.py``.
 
-In the environment, several ``--commands`` values are separated by ``;``.
+In the environment, several ``--commands`` values are separated by ``;``, and the switch ``serve --retired``
+is ``VARIABLES.retired=1`` (:func:`parse_switch`).
 """
 
 from __future__ import annotations
@@ -115,6 +116,19 @@ def _number(env: Mapping[str, str], name: str, default: float, kind: type[float]
         raise CollectorError(msg) from None
 
 
+def parse_switch(env: Mapping[str, str], name: str) -> bool:
+    """A yes/no variable: ``1``, ``true``, ``yes`` or ``on`` is yes; empty, ``0``, ``false``, ``no`` or ``off``
+    is no; anything else is a :class:`CollectorError` (a typo must not leave a retired collector taking
+    batches, nor retire one by accident)."""
+    text = env.get(name, "").strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    msg = f"{name} must be 1 (yes) or 0 (no), got {text!r}"
+    raise CollectorError(msg)
+
+
 class Settings(NamedTuple):
     """The collector's settings read from the environment (:func:`from_environ`)."""
 
@@ -123,6 +137,8 @@ class Settings(NamedTuple):
     limits: Limits
     publishing: Publishing
     retention: Retention
+    retired: bool = False
+    """Answer every batch ``410 Gone`` (``serve --retired``): the collector retires itself (docs/collector.md)."""
 
 
 def from_environ(env: Mapping[str, str]) -> Settings:
@@ -155,4 +171,5 @@ def from_environ(env: Mapping[str, str]) -> Settings:
             rollup_every=_number(env, VARIABLES.rollup_every, Retention().rollup_every, float),
             max_age_days=max_age_days,
         ),
+        retired=parse_switch(env, VARIABLES.retired),
     )

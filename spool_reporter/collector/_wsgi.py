@@ -35,6 +35,11 @@ unreachable, silent, a full disk -- is answered ``503`` with ``Retry-After`` wit
 the operator, at most once a minute for the same reason, with nothing of the request. ``500`` is left for
 defects.
 
+**A retired collector** (``retired=True``, ``serve --retired``, ``SPOOL_REPORTER_COLLECTOR_RETIRED=1``) answers every
+batch, at ``/v1/batch`` and ``/mp/collect``, ``410 Gone`` with :data:`RETIRED_BODY`, without reading or storing it:
+each client that receives it records the destination as retired, deletes its queue and sends nothing more there.
+``/v1/forget``, the health check and the public numbers keep working: a retired collector still deletes on request.
+
 Ingest also keeps the retention (:mod:`._rollup`): at most once per ``rollup_every`` seconds, a batch starts a
 roll-up in a background thread of this process, so that no request waits for it.
 """
@@ -94,6 +99,11 @@ DRAIN_LIMIT: Final = DRAIN_FACTOR * MAX_BODY_BYTES
 _CHUNK: Final = 64 * 1024
 RETRY_AFTER: Final = "5"
 """Seconds a client is asked to wait after a ``503`` (the flusher waits at least its own backoff)."""
+RETIRED_BODY: Final = (
+    b'{"retired": true, "message": "this collector has retired: send nothing more, delete what is queued"}'
+)
+"""The body of a retired collector's ``410``: a short JSON object for a human who looks (the client reads only the
+status)."""
 LOG_EVERY_S: Final = 60.0
 """The same reason for a ``503`` is logged at most once per this many seconds."""
 _LOG: Final = logging.getLogger("spool_reporter.collector")
@@ -241,8 +251,11 @@ class Collector:
         publishing: _common.Publishing | None = None,
         retention: Retention | None = None,
         public_check: float = _public.CHECK_SECONDS,
+        retired: bool = False,
     ) -> None:
         self.store = store
+        self.retired = retired
+        """Every batch is answered ``410 Gone`` (the collector retired itself); see the module's docstring."""
         self.forward = forward
         self.policy = policy or Policy()
         self.counters = Counters()
@@ -320,6 +333,8 @@ class Collector:
         return self.public.answer(build)
 
     def _batch(self, environ: Environ) -> Answer:
+        if self.retired:
+            return 410, RETIRED_BODY, "application/json", []
         _check_json_request(environ)
         parsed = parse_batch(_read_body(environ), self.policy)
         inserted = self._store(parsed)
@@ -334,6 +349,8 @@ class Collector:
 
     def _ga4(self, environ: Environ) -> Answer:
         # QUERY_STRING (measurement_id, api_secret) is deliberately never read.
+        if self.retired:
+            return 410, RETIRED_BODY, "application/json", []
         _check_json_request(environ)
         self._store(parse_ga4(_read_body(environ, GA4_MAX_BODY_BYTES), self.policy))
         return 204, b"", "", []  # what GA4 answers; the ga4 transport only looks for a 2xx

@@ -10,9 +10,11 @@ settings are in :mod:`spool_reporter.collector._config` (maximum event age, per-
 applications and their commands, the retention). Forwarding to GA4 is on when both ``SPOOL_REPORTER_GA4_MEASUREMENT_ID``
 and ``SPOOL_REPORTER_GA4_API_SECRET`` are set. ``SPOOL_REPORTER_COLLECTOR_EPSILON`` (default 1) is the
 privacy budget of the public releases, ``SPOOL_REPORTER_COLLECTOR_MIN_COUNT`` (default 10) their display
-threshold and ``SPOOL_REPORTER_COLLECTOR_DATA_LICENSE`` (default ``CC-BY-4.0``) their licence. The schema is
-created or migrated when the application is first built (each gunicorn worker does it; a lock makes it
-happen once).
+threshold and ``SPOOL_REPORTER_COLLECTOR_DATA_LICENSE`` (default ``CC-BY-4.0``) their licence.
+``SPOOL_REPORTER_COLLECTOR_RETIRED=1`` (``serve --retired``) answers every batch ``410 Gone``: each client that
+receives it stops reporting to this collector and deletes its queue (docs/collector.md, "Retiring a collector").
+The schema is created or migrated when the application is first built (each gunicorn worker does it; a lock makes
+it happen once).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def from_environ(environ: dict[str, str] | None = None) -> Collector:
         limits=settings.limits,
         publishing=settings.publishing,
         retention=settings.retention,
+        retired=settings.retired,
     )
 
 
