@@ -3,7 +3,8 @@
 It lowers its own priority (nice 19, and its session's autogroup), arms a watchdog that ends the process
 :data:`~._flush.WATCHDOG_GRACE` seconds after the run's deadline whatever it is doing (and, on POSIX, a
 ``SIGALRM`` whose default action ends it even if the interpreter hangs), then runs one :func:`._flush.run` in
-the background mode and exits. It never imports the user's project or settings; its exit status is for tests.
+the background mode -- then sends the forget a ``disable`` left, if one is pending (:mod:`._withdraw`); with
+``--forget``, only that -- and exits. It never imports the user's project or settings; its exit status is for tests.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", help="the application's name (default: from the slug)")
     parser.add_argument("--config-name", help="its config/policy file name")
     parser.add_argument("--env-prefix", help="its environment variable prefix")
+    parser.add_argument("--forget", action="store_true", help="send only the forget a `disable` left (_withdraw)")
     args = parser.parse_args(argv)
     # One deadline for the run and its watchdog, taken now: the sends end by it, the bookkeeping within
     # _round.SETTLE_SECONDS after it, and only then (_flush.WATCHDOG_GRACE) may the watchdog end the process.
@@ -97,11 +99,44 @@ def main(argv: Sequence[str] | None = None) -> int:
             config_name=args.config_name,
             env_prefix=args.env_prefix,
         )
+    if args.forget:
+        return _forget_pending(app, deadline, inherited=True)
     try:
         result = _flush.run(app, foreground=False, environ=os.environ, deadline=deadline)
     except Exception:
         return 1
-    return 0 if result.outcome in ("delivered", "nothing", "disabled", "local", "invalid-endpoint", "busy") else 2
+    ended = ("delivered", "nothing", "disabled", "local", "invalid-endpoint", "retired", "busy")
+    code = 0 if result.outcome in ended else 2
+    # Then the forget a `disable` left, if any (after `enable`, the flushers the hook starts for events send it):
+    # within the same deadline, the flusher's lock taken again (the run above closed the one the hook handed over).
+    if _has_pending(app):
+        _forget_pending(app, deadline, inherited=False)
+    return code
+
+
+def _has_pending(app: App) -> bool:
+    """Whether ``forget.pending`` is there (one ``stat`` through the folder's descriptor, as every file of ours)."""
+    from ._hook import FORGET_PENDING_NAME, Folder, mtime, state_dir
+
+    try:
+        folder = Folder(state_dir(app, os.environ), create=False)
+    except OSError:
+        return False
+    with folder:
+        return mtime(folder, FORGET_PENDING_NAME) is not None
+
+
+def _forget_pending(app: App, deadline: float, *, inherited: bool) -> int:
+    """The ``--forget`` run (:func:`spool_reporter._withdraw.run`): 0 when nothing is left to send or it waits by
+    rule, 2 when a forget failed (kept for a later try), 1 on an unexpected error. ``inherited``: the hook handed
+    over the flusher's lock (``--forget``)."""
+    from . import _withdraw
+
+    try:
+        result = _withdraw.run(app, os.environ, deadline=deadline, inherited=inherited)
+    except Exception:
+        return 1
+    return 2 if result.outcome == "failed" else 0
 
 
 if __name__ == "__main__":

@@ -21,6 +21,10 @@ property's owner, and still replaces the id and empties the queue. A ``ga4`` des
 self-hosted collector (an endpoint ending in ``/mp/collect`` on a host that is not Google's) is asked at that
 collector's ``/v1/forget``.
 
+``disable`` sends the same request without waiting, from a detached run (:mod:`._withdraw`, which takes
+:func:`forget_url`, :func:`forget_request` and :func:`cannot_text` from here); ``forget`` sends such a pending
+forget first (``_commands.cmd_forget``).
+
 When the request fails (no answer within the deadline, a refusal), or reporting is off (nothing leaves the
 machine while it is off, unless ``send_while_off``), the queue is still emptied but the id is **kept**, so
 that ``forget`` can be run again; the result says why.
@@ -38,7 +42,9 @@ if TYPE_CHECKING:
 
     from . import _hook
     from ._hook import App
+    from ._http import Answer
     from ._settings import Destination
+    from .transports import Request
 
 OUTCOMES: Final = ("forgotten", "cannot", "failed", "off", "no-id", "busy")
 """The values of :attr:`Result.outcome`: ``forgotten`` (the collector deleted the events: the id was replaced),
@@ -108,9 +114,9 @@ def _is_google(host: str) -> bool:
     return any(host == name or host.endswith("." + name) for name in GOOGLE_HOSTS)
 
 
-def _cannot(destination: Destination | None, reason: str) -> str:
+def cannot_text(destination: Destination | None, reason: str) -> str:
     if destination is None:
-        return f"no destination is configured ({reason}): there is no collector to ask"
+        return f"no valid destination is configured ({reason}): there is no collector to ask"
     if destination.transport in ("ga4", "ua"):
         what = "GA4" if destination.transport == "ga4" else "Universal Analytics (retired by Google in July 2023)"
         return (
@@ -121,37 +127,48 @@ def _cannot(destination: Destination | None, reason: str) -> str:
     return f"cannot tell where the collector at {destination.redacted_url()} takes forget requests"
 
 
-def _send(url: str, client_id: str, env: Mapping[str, str]) -> tuple[bool, int | None, str]:
-    """POST the forget request with the flusher's sender: (confirmed, events deleted, what happened)."""
+def forget_request(url: str, client_id: str) -> Request:
+    """The forget request for ``client_id`` to ``url`` (made from the endpoint alone: no secret in it)."""
     import json
-    import time
 
-    from . import _http, _settings
     from ._version import __version__
     from .transports import Request
 
-    tune = _settings.tuning(env)
-    body = json.dumps({"client_id": client_id}).encode("ascii")
-    request = Request(
+    return Request(
         method="POST",
         url=url,
         url_redacted=url,
         headers={"Content-Type": "application/json", "User-Agent": f"spool_reporter/{__version__}"},
-        body=body,
+        body=json.dumps({"client_id": client_id}).encode("ascii"),
     )
+
+
+def deleted_count(answer: Answer) -> int | None:
+    """The ``{"deleted": n}`` of a collector's 2xx answer to a forget, ``None`` if it did not say."""
+    import json
+
+    try:
+        doc = json.loads(answer.body)
+    except ValueError:
+        return None
+    return doc["deleted"] if isinstance(doc, dict) and type(doc.get("deleted")) is int else None
+
+
+def _send(url: str, client_id: str, env: Mapping[str, str]) -> tuple[bool, int | None, str]:
+    """POST the forget request with the flusher's sender: (confirmed, events deleted, what happened)."""
+    import time
+
+    from . import _http, _settings
+
+    tune = _settings.tuning(env)
     sender = _http.Sender(url, env, tune, time.monotonic() + tune.deadline)
     try:
-        answer = sender.send(request)
+        answer = sender.send(forget_request(url, client_id))
     finally:
         sender.close()
     if answer.kind != "ok":
         return False, None, answer.describe()
-    try:
-        doc = json.loads(answer.body)
-        deleted = doc["deleted"] if isinstance(doc, dict) and type(doc.get("deleted")) is int else None
-    except ValueError:
-        deleted = None
-    return True, deleted, answer.describe()
+    return True, deleted_count(answer), answer.describe()
 
 
 def forget(app: App, *, environ: Mapping[str, str] | None = None, send_while_off: bool = False) -> Result:
@@ -238,7 +255,7 @@ def _ask(
         purged += _flush.purge(app, env, busy_ok=True)
         return Result(
             "cannot",
-            f"{_cannot(destination, resolved.reason)}. Your old client id: {old}",
+            f"{cannot_text(destination, resolved.reason)}. Your old client id: {old}",
             purged=purged,
             old_id=old,
             new_id=new,

@@ -14,8 +14,9 @@ instead if its bytes are not ASCII), ``events`` (how many the request carried), 
 ``sent.jsonl`` (``0600``, opened through the folder's descriptor as every file of ours is: nothing planted
 there is followed) is rotated to ``sent.jsonl.1`` when an append would take it past :data:`SENT_FILE_BYTES`:
 the two hold at most about twice that plus one request, and at least the last :data:`SENT_FILE_BYTES` of
-requests: several hundred events. Only the flusher writes it (it holds the flusher's lock); the hook never
-opens it nor imports this module. Every purge of the queue
+requests: several hundred events. Only the flusher writes it (it holds the flusher's lock), and the detached
+run that sends the forget a ``disable`` left (:mod:`._withdraw`, holding the same lock; :func:`forget_line`);
+the hook never opens it nor imports this module. Every purge of the queue
 deletes it (:func:`._spool.purge`): ``disable``, ``purge``, ``forget`` (the record holds the old client id),
 and a hook or flusher that finds reporting turned off.
 """
@@ -36,9 +37,21 @@ from ._state import now
 if TYPE_CHECKING:
     from ._hook import Folder
     from ._http import Answer
-    from .transports import Batch
+    from .transports import Batch, Request
 
-__all__ = ["SENT_FILE_BYTES", "SentRecord", "append", "body_bytes", "exists", "line", "read"]
+__all__ = [
+    "FORGET_ID_CHARS",
+    "SENT_FILE_BYTES",
+    "SentRecord",
+    "append",
+    "body_bytes",
+    "exists",
+    "forget_line",
+    "line",
+    "read",
+    "short_id",
+    "write",
+]
 
 SENT_FILE_BYTES: Final = 256 * 1024
 """``sent.jsonl`` is rotated to ``sent.jsonl.1`` before an append would take it past this size. A policy: a
@@ -69,18 +82,42 @@ _FIELDS: Final = (
 
 def line(batch: Batch, answer: Answer, redact: Callable[[str], str], when: float) -> bytes:
     """The record of one request as one ASCII line (with its newline)."""
-    request = batch.request
+    return _line(batch.request, batch.request.body, len(batch.events), answer, redact=redact, when=when)
+
+
+def forget_line(request: Request, client_id: str, answer: Answer, redact: Callable[[str], str], when: float) -> bytes:
+    """The record of a forget request (``POST /v1/forget``) that a ``disable`` left to a detached run
+    (:mod:`._withdraw`): as any request's, except that its body keeps only the client id's first
+    :data:`FORGET_ID_CHARS` characters. The id itself is deleted from this machine once the collector confirms
+    the forget, and this record outlives it."""
+    body = request.body.replace(client_id.encode("ascii"), short_id(client_id).encode("ascii"))
+    return _line(request, body, 0, answer, redact=redact, when=when)
+
+
+FORGET_ID_CHARS: Final = 8
+"""How much of a forgotten client id the record of its forget keeps (and ``status`` shows): 32 of its 122 random
+bits, enough to tell two forgets apart, too few to find the id among a collector's."""
+
+
+def short_id(client_id: str) -> str:
+    """``1b4e28ba...``: a client id as the record of its forget, the log and ``status`` show it."""
+    return client_id[:FORGET_ID_CHARS] + "..."
+
+
+def _line(
+    request: Request, body: bytes, events: int, answer: Answer, *, redact: Callable[[str], str], when: float
+) -> bytes:
     doc: dict[str, object] = {
         "time": _hook.iso_time(when),
         "destination": request.url_redacted,
         "method": request.method,
         "headers": {k: redact(v) for k, v in request.headers.items()},
     }
-    if request.body.isascii():
-        doc["body"] = request.body.decode("ascii")
+    if body.isascii():
+        doc["body"] = body.decode("ascii")
     else:
-        doc["body_base64"] = base64.b64encode(request.body).decode("ascii")
-    doc["events"] = len(batch.events)
+        doc["body_base64"] = base64.b64encode(body).decode("ascii")
+    doc["events"] = events
     doc["status"] = answer.status
     doc["answer"] = None if answer.status is None else redact(answer.body.decode("utf-8", "replace"))
     doc["retry_after"] = answer.retry_after
@@ -92,21 +129,26 @@ def append(folder: Folder, batch: Batch, answer: Answer, redact: Callable[[str],
     """Record one request the flusher made (``answer``: what came back, or the error). Never raises: a record
     that cannot be written (a full disk, a file made unwritable) costs that record only."""
     try:
-        data = line(batch, answer, redact, now())
-        fd, st = _hook.open_ours(folder, SENT_NAME, _APPEND_FLAGS)
-        if st.st_size and st.st_size + len(data) > SENT_FILE_BYTES:
-            os.close(fd)
-            _files.set_aside(folder, SENT_OLD_NAME)  # a folder planted there would stop the rotation for good
-            folder.rename(SENT_NAME, SENT_OLD_NAME)
-            fd = _hook.open_ours(folder, SENT_NAME, _APPEND_FLAGS)[0]
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
+        write(folder, line(batch, answer, redact, now()))
     except Exception:
         return  # a record, never a reason for the flusher to stop
+
+
+def write(folder: Folder, data: bytes) -> None:
+    """Append the record line ``data``, rotating first when it would take the file past :data:`SENT_FILE_BYTES`.
+    The caller holds the flusher's lock. Raises :class:`OSError`."""
+    fd, st = _hook.open_ours(folder, SENT_NAME, _APPEND_FLAGS)
+    if st.st_size and st.st_size + len(data) > SENT_FILE_BYTES:
+        os.close(fd)
+        _files.set_aside(folder, SENT_OLD_NAME)  # a folder planted there would stop the rotation for good
+        folder.rename(SENT_NAME, SENT_OLD_NAME)
+        fd = _hook.open_ours(folder, SENT_NAME, _APPEND_FLAGS)[0]
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True, kw_only=True)

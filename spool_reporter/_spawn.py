@@ -61,6 +61,7 @@ __all__ = [
     "spawn_spec",
     "SpawnSpec",
     "start",
+    "start_forget_if_due",
 ]
 
 # Windows process creation flags (winbase.h), spelled out: subprocess defines them only on Windows.
@@ -117,8 +118,11 @@ def nice_command() -> "list[str]":
     return []
 
 
-def flusher_args(app: "App", executable: str, *, safe_path: bool, nice: "list[str] | None" = None) -> "list[str]":
-    # The flusher's command line. safe_path adds -P (Python 3.11+: the working directory is not on sys.path).
+def flusher_args(
+    app: "App", executable: str, *, safe_path: bool, nice: "list[str] | None" = None, forget: bool = False
+) -> "list[str]":
+    # The flusher's command line. safe_path adds -P (Python 3.11+: the working directory is not on sys.path);
+    # forget: a run that only sends the forget a `disable` left (spool_reporter/_withdraw.py), no events.
     return [
         *(nice or []),
         executable,
@@ -133,6 +137,7 @@ def flusher_args(app: "App", executable: str, *, safe_path: bool, nice: "list[st
         app.config_name,
         "--env-prefix",
         app.env_prefix,
+        *(["--forget"] if forget else []),
     ]
 
 
@@ -148,6 +153,7 @@ def spawn_spec(
     lock_fd: "int | None" = None,
     default_endpoint: "str | None" = None,
     long_lived: bool = False,
+    forget: bool = False,
 ) -> "SpawnSpec":
     # How to start the flusher, as Popen arguments. On POSIX the already-locked flusher.lock descriptor is
     # passed on (the only descriptor the child inherits); Windows locks are not inherited that way.
@@ -155,7 +161,7 @@ def spawn_spec(
     # flusher rebuilds the App from its names alone, so the default travels as <P>_ANALYTICS_ENDPOINT (with the
     # App's transport unless the environment names one): the destination the flusher resolves is the one
     # this process would.
-    args = flusher_args(app, executable, safe_path=safe_path, nice=nice)
+    args = flusher_args(app, executable, safe_path=safe_path, nice=nice, forget=forget)
     env = dict(environ)
     env[FLUSHER_ENV] = "1"
     env.pop(FLUSHER_LOCK_FD_ENV, None)
@@ -208,11 +214,15 @@ def start(
     lock_fd: "int | None" = None,
     default_endpoint: "str | None" = None,
     long_lived: bool = False,
+    forget: bool = False,
 ) -> bool:
     # Start a flusher now (the gate said yes): stamp the time, then spawn. The hook calls this directly, holding
     # flusher.lock as lock_fd, which the child inherits (the caller closes its copy); default_endpoint is the
     # App's default destination when nothing else names one; long_lived: the caller lives long (runserver).
-    touch(folder, STAMP_NAME, now)
+    # forget: a run that sends only the pending forget; it has a gate of its own (forget.pending's mtime), so
+    # it leaves flush.spawned, the events' gate, alone.
+    if not forget:
+        touch(folder, STAMP_NAME, now)
     windows = sys.platform == "win32"
     spec = spawn_spec(
         app,
@@ -225,8 +235,41 @@ def start(
         lock_fd=None if windows else lock_fd,
         default_endpoint=default_endpoint,
         long_lived=long_lived,
+        forget=forget,
     )
     return _start(spec)
+
+
+def start_forget_if_due(app: "App", env: "Mapping[str, str]") -> bool:
+    # Start a detached run that sends the forget `disable` left (forget.pending), if its gate is open and no
+    # flusher runs: whether one was started. Called by the hook when reporting is off by the user's own "no"
+    # and the scandir saw the record, and by `disable` itself (which has just set the gate to now). The
+    # gate is forget.pending's mtime (the record's next try, written by _withdraw), clamped like the flusher's
+    # back-off. The child inherits flusher.lock, already locked, as a flusher the hook starts does: no second run
+    # starts while it starts up. Never raises for a folder that cannot be used (the hook's callers swallow the
+    # rest).
+    from ._hook import FORGET_PENDING_NAME, Folder, backing_off, claim_flusher_lock, mtime, state_dir
+
+    if env.get(FLUSHER_ENV) or getattr(sys, "frozen", False) or not sys.executable:
+        return False
+    import time
+
+    now = time.time()
+    try:
+        folder = Folder(state_dir(app, env), create=False)
+    except OSError:
+        return False
+    with folder:
+        gate = mtime(folder, FORGET_PENDING_NAME)
+        if gate is None or backing_off(gate, now):
+            return False
+        lock = claim_flusher_lock(folder)
+        if lock is None:  # a flusher is running: its detached process sends the forget after its events
+            return False
+        try:
+            return start(app, folder, env, now, lock_fd=lock, forget=True)
+        finally:
+            os.close(lock)
 
 
 def _renice_autogroup(pid: int) -> None:

@@ -1,4 +1,5 @@
-"""Changing the user's config file (``enable``, ``disable``, ``reset-id``) without losing anything in it.
+"""Changing the user's config file (``enable``, ``disable``, ``reset-id``, and the removal of a forgotten client
+id, :func:`remove_client_id`) without losing anything in it.
 
 The file is rewritten *in place* under the same exclusive OS lock the hook takes on it when it appends a new
 ``client_id`` (see ``_hook.ensure_client_id``): a rename-based rewrite would let a hook that opened the old
@@ -52,6 +53,28 @@ def update(app: App, changes: Mapping[str, str | None], environ: Mapping[str, st
 
     Raises :class:`ConfigError` when the file cannot be changed safely.
     """
+    return _update(app, changes, environ, None)[0]
+
+
+def remove_client_id(app: App, client_id: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Remove ``client_id=`` from the user's config file if it still holds ``client_id``: whether it did. A newer
+    id (``enable`` or ``reset-id`` wrote it meanwhile) is kept; the check and the write happen under the file's
+    lock. Used once the collector confirmed the forget a ``disable`` left (:mod:`._withdraw`). No file: ``False``.
+
+    Raises :class:`ConfigError` when the file cannot be changed safely.
+    """
+    if not os.path.lexists(_hook.user_config_path(app, environ)):
+        return False
+    return _update(app, {"client_id": None}, environ, {"client_id": client_id})[1]
+
+
+def _update(
+    app: App,
+    changes: Mapping[str, str | None],
+    environ: Mapping[str, str] | None,
+    only_if: Mapping[str, str] | None,
+) -> tuple[str, bool]:
+    """:func:`update`, and only if the file's values (those that win) are ``only_if``'s: (path, whether written)."""
     path = _hook.user_config_path(app, environ)
     try:
         _files.make_dirs(os.path.dirname(path))
@@ -68,11 +91,14 @@ def update(app: App, changes: Mapping[str, str | None], environ: Mapping[str, st
         if not _hook.take_lock(fd, CONFIG_LOCK_WAIT):
             raise ConfigError(f"{path} is locked by another process; try again")
         data = os.pread(fd, _hook.MAX_CONFIG_BYTES + 1, 0)
-        if len(data) > _hook.MAX_CONFIG_BYTES or _hook.parse(data) is None:
+        values = _hook.parse(data) if len(data) <= _hook.MAX_CONFIG_BYTES else None
+        if values is None:
             raise ConfigError(
                 f"{path} cannot be read safely (too large, not UTF-8, or a line without '='); "
                 "fix or delete it, then run this command again"
             )
+        if only_if is not None and any(values.get(k) != v for k, v in only_if.items()):
+            return path, False
         text = _render(data.decode("utf-8").splitlines(), changes).encode("utf-8")
         os.ftruncate(fd, 0)
         os.pwrite(fd, text, 0)
@@ -82,4 +108,4 @@ def update(app: App, changes: Mapping[str, str | None], environ: Mapping[str, st
         raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from exc
     finally:
         os.close(fd)
-    return path
+    return path, True

@@ -118,7 +118,13 @@ COMMANDS: Final[tuple[Command, ...]] = (
     Command(
         name="disable",
         run=cmd_disable,
-        help="turn reporting off and delete everything queued",
+        help="turn reporting off, delete everything queued, and ask the collector to forget your client id",
+        options=(
+            Option(
+                ("--keep-remote",),
+                "do not ask the collector to forget your client id (what it received stays; the id is kept)",
+            ),
+        ),
     ),
     Command(
         name="flush",

@@ -330,7 +330,13 @@ def test_disable_keeps_other_keys_and_deletes_the_queue(sandbox: Sandbox, app: A
     client_id = next(line for line in before.splitlines() if line.startswith("client_id="))
     result = cli(sandbox, "disable")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.endswith("Reporting is off.\nDeleted 4 queued events.\n")
+    # The sandbox's destination is refused (plain http to a remote host): nobody to ask to forget the id.
+    assert result.stdout.endswith(
+        "Reporting is off.\nDeleted 4 queued events.\nNo valid destination is configured (the endpoint "
+        "'http://sandbox.invalid/v1/batch' is plain http:// to sandbox.invalid, which is only allowed to a loopback "
+        "host (127.0.0.1, ::1, localhost); use https:// (from DJANGO_ANALYTICS_ENDPOINT)): there is no collector to "
+        "ask; your client id is kept, so that 'django-spool forget' can ask once there is one.\n"
+    )
     after = sandbox.user_file(app).read_text()
     # record() without notice=True created the id and noted that no notice was shown (notice_version=0).
     assert after == f"# my settings\nendpoint=http://127.0.0.1:9/v1/batch\ndisable=1\n{client_id}\nnotice_version=0\n"

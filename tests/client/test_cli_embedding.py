@@ -297,7 +297,7 @@ def test_the_example_reports_its_commands_end_to_end(sandbox: Sandbox, tmp_path:
         flush = greet(env, "analytics", "flush")
         assert flush.stdout.startswith("delivered: sent 1"), flush.stderr
         wait_for(lambda: len(stored(db)) == 2, timeout=30, what="the second event")
-        off = greet(env, "analytics", "disable")
+        off = greet(env, "analytics", "disable", "--keep-remote")  # the off path; disable's forget: test_disable_forget
         assert off.returncode == 0, off.stderr
         assert greet(env, "hello", "quiet").stderr == ""
         assert json.loads(greet(env, "analytics", "status", "--json").stdout)["queued"] == 0
