@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from . import SpoolReporterError, _consent, _counters, _files, _hook, _redact, _settings, _spool, _state
+from . import SpoolReporterError, _ask, _consent, _counters, _files, _hook, _redact, _settings, _spool, _state
 from ._cli_common import EXIT_FAILED, EXIT_OK, print_error
 from ._event import parse_time
 from ._hook import App
@@ -226,8 +226,15 @@ def _gather_status(ctx: Context) -> _Status:
     data: dict[str, Any] = {
         "enabled": decision.enabled,
         "reason": decision.reason,
-        "reason_text": _consent.explain(decision.reason, environ=env, user=user, policy=policy),
+        "reason_text": _consent.explain(
+            decision.reason,
+            environ=env,
+            user=user,
+            policy=policy,
+            endpoint=_hook.named_endpoint(app, env, user, policy) or app.endpoint,
+        ),
         "mode": decision.mode,
+        "ask": _ask.status_facts(app, env, user, policy) if decision.mode == _hook.MODE_ASK else None,
         "local": decision.local,
         "notice_version_seen": seen,
         "notice_mode_seen": seen_mode if seen else None,
@@ -243,6 +250,7 @@ def _gather_status(ctx: Context) -> _Status:
         "next_retry": _iso(state.next_retry) if known else None,
         "consecutive_failures": state.consecutive_failures if known else None,
         "record_problem": cannot_record,
+        "forget_pending": _forget_pending_data(app, env) if known else None,
     }
     return _Status(data, decision, resolved, state, known, cannot_record, problem, seen, seen_mode)
 
@@ -254,7 +262,7 @@ def _print_status(status: _Status, ctx: Context) -> None:
     if status.cannot_record is not None:
         lost = "every event is lost" if decision.enabled else "even once reporting is on"
         say(f"recording:     impossible, {lost}: {status.cannot_record.partition(': ')[2]}")
-    say(f"mode:          {_mode_text(decision)}")
+    say(f"mode:          {_mode_text(decision) if data['ask'] is None else _ask.status_text(data['ask'])}")
     local = "; not used in local mode" if decision.local and status.resolved.destination is not None else ""
     say(f"destination:   {status.resolved.reason}{local}")
     wording = _hook.NOTICE_LOCAL if decision.local else _hook.NOTICE_SEND
@@ -289,10 +297,23 @@ def _print_status(status: _Status, ctx: Context) -> None:
     say(f"last flush:    {last}")
     if decision.local:
         say("next retry:    none (local mode: nothing is sent)")
+    elif decision.reason == "destination:retired":
+        say("next retry:    none (the destination retired itself: nothing is sent to it)")
     elif state.next_retry is not None and state.next_retry > now:
         say(f"next retry:    not before {data['next_retry']} (in {_age(state.next_retry - now)})")
     else:
         say("next retry:    any time")
+    from . import _withdraw
+
+    pending = _withdraw.read(app, ctx.env)  # the forget a `disable` left
+    for line in [] if pending is None else _withdraw.status_text(pending, now):
+        say(f"forget:        {line}")
+
+
+def _forget_pending_data(app: App, env: Mapping[str, str]) -> list[dict[str, object]] | None:
+    from . import _withdraw
+
+    return _withdraw.status_data(_withdraw.read(app, env))
 
 
 def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
@@ -304,11 +325,13 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
     With --endpoint URL, write endpoint=URL too (replacing the one there), in the file this
     platform reads, creating its folder: where events go (with --local, once you send). A URL
     that 'status' would refuse is a usage error, and nothing is written. It says where events
-    go, and when the environment's endpoint wins over the file's.
+    go, and when the environment's endpoint wins over the file's. Before the forget 'disable'
+    asked for is delivered, it writes a new client id too: the old one is never reused.
     Exit status 1 if reporting stays off.
     """
     from ._local import count_local, send_local
     from ._userconf import ConfigError, update
+    from ._withdraw import id_being_forgotten
 
     app, env = ctx.app, ctx.env
     _, _, before = inputs(ctx)
@@ -318,13 +341,17 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
         changes = {"disable": "0", "mode": None}
     if args.endpoint is not None:
         changes["endpoint"] = args.endpoint  # valid: check_enable_args has refused any other
+    forgotten = id_being_forgotten(app, env)  # a `disable`'s forget not delivered yet: that id is never reused
     try:
-        path = update(app, changes, env)
+        path = update(app, {**changes, "client_id": _hook.uuid4()} if forgotten else changes, env)
     except ConfigError as exc:
         raise CommandError(str(exc)) from exc
+    _ask.forget_runs(app, env)  # answered: ask mode's count of runs goes
     user, policy, decision = inputs(ctx)
     written = ", ".join(f"{k}={_redact.redact_url(v)}" for k, v in changes.items() if v is not None)
     say(f"Wrote {written} to {path}" + (" and removed mode=local." if before.local and not args.local else "."))
+    if forgotten:
+        say(f"Your old client id {forgotten[:8]}... is still being forgotten at the collector: a new one replaces it.")
     if args.endpoint is not None:
         say(_destination_after_enable(ctx, user, policy, decision, path))
     if decision.enabled and decision.local:
@@ -361,8 +388,11 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
             )
         say(f"Reporting is on. See what would be sent with: {ctx.prog} flush --dry-run")
         return EXIT_OK
-    why = _consent.explain(decision.reason, environ=env, user=user, policy=policy)
+    named = _hook.named_endpoint(app, env, user, policy) or app.endpoint
+    why = _consent.explain(decision.reason, environ=env, user=user, policy=policy, endpoint=named)
     say(f"Reporting stays off: {why} [{decision.reason}].")
+    if decision.reason == "destination:retired":
+        say(f"Another destination starts afresh: {ctx.prog} enable --endpoint URL.")
     if decision.reason == "destination:none":
         say(f"Destination: {_settings.no_destination_text(app, env)}.")
     return EXIT_FAILED
@@ -419,23 +449,42 @@ def _flusher_running(app: App, env: Mapping[str, str]) -> bool:
 
 
 def cmd_disable(args: argparse.Namespace, ctx: Context) -> int:
-    """Write disable=1 to your config file (other settings and the client id are kept) and
-    delete every queued event, saying how many, and the record of what was sent (see 'sent').
+    """Write disable=1 to your config file (other settings are kept), delete every queued event,
+    saying how many, and the record of what was sent (see 'sent'), and ask the collector to
+    forget your client id, as 'forget' does, without waiting: a background process sends that
+    one request (POST /v1/forget) and tries again, with a growing delay, for up to 30 days. The
+    id is deleted from this machine once the collector confirms; 'status' shows the pending
+    forget. With --keep-remote the collector is not asked, and the id is kept. GA4 and Universal
+    Analytics cannot forget (it says why): the id is deleted at once. With no valid destination
+    nobody can be asked: the id is kept, for a later 'forget'. {env_disable} and DO_NOT_TRACK
+    are local switches: while one is set the forget waits, and setting one never asks for one.
     A flusher that is sending stops before its next request; the one already on its way cannot
     be called back (it says so).
     """
+    from . import _withdraw
     from ._userconf import ConfigError, update
 
     status = EXIT_OK
+    remote = _withdraw.keep_remote() if args.keep_remote else _withdraw.plan(ctx.app, ctx.env)  # before any change
     try:
         path = update(ctx.app, {"disable": "1"}, ctx.env)
+        _ask.forget_runs(ctx.app, ctx.env)  # answered: ask mode's count of runs goes
         say(f"Wrote disable=1 to {path}. Reporting is off.")
     except ConfigError as exc:
-        # Reporting is already off when the file cannot be read safely; still delete what is queued.
+        # Reporting is already off when the file cannot be read safely; still delete what is queued. The "no"
+        # was not written, so no forget is asked for.
         print_error(ctx.prog, str(exc))
         status = EXIT_FAILED
+        remote = _withdraw.Plan(kind="no-id")
     say(_purge(ctx.app, ctx.env))
-    if _flusher_running(ctx.app, ctx.env):
+    running = _flusher_running(ctx.app, ctx.env)  # before the forget's own run takes the lock
+    try:
+        for line in _withdraw.carry_out(ctx.app, ctx.env, remote, prog=ctx.prog):
+            say(line)
+    except ConfigError as exc:
+        print_error(ctx.prog, str(exc))
+        status = EXIT_FAILED
+    if running:
         say(IN_FLIGHT)
     return status
 
@@ -454,14 +503,18 @@ def cmd_purge(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_reset_id(args: argparse.Namespace, ctx: Context) -> int:
     """Replace the random client id (a uuid4 in your config file) with a new one."""
     from ._userconf import ConfigError, update
+    from ._withdraw import id_being_forgotten
 
     new = _hook.uuid4()
+    forgotten = id_being_forgotten(ctx.app, ctx.env)
     try:
         path = update(ctx.app, {"client_id": new}, ctx.env)
     except ConfigError as exc:
         raise CommandError(str(exc)) from exc
     say(f"New client id {new} written to {path}.")
     say("Events already queued keep the id they were recorded with.")
+    if forgotten:
+        say(f"The forget of the old id {forgotten[:8]}... that 'disable' asked for stays pending.")
     return EXIT_OK
 
 
@@ -481,11 +534,19 @@ def cmd_forget(args: argparse.Namespace, ctx: Context) -> int:
     Exit status 0 when the collector confirmed the deletion (or there is no client id to forget);
     1 when it did not: the destination cannot delete, the request failed, reporting is off, a
     flusher kept its lock. After a failed request the id is kept, so that forget can be run again.
+    A forget that 'disable' left pending is sent first, now.
     """
-    from . import _forget
+    from . import _forget, _withdraw
     from ._userconf import ConfigError
 
     check_readable(ctx.app, ctx.env)
+    # A forget `disable` left goes first, now (the user's own withdrawal: also while reporting is off); then the id
+    # in use, if `enable` made a new one since.
+    lines, go_on = _withdraw.forget_first(ctx.app, ctx.env)
+    for line in lines:
+        say(line)
+    if not go_on:
+        return EXIT_OK if _withdraw.read(ctx.app, ctx.env) is None else EXIT_FAILED
     try:
         result = _forget.forget(ctx.app, environ=ctx.env, send_while_off=args.send_while_off)
     except ConfigError as exc:

@@ -53,10 +53,24 @@ def explain(
     environ: Mapping[str, str] | None = None,
     user: Mapping[str, str] | None = None,
     policy: Mapping[str, str] | None = None,
+    endpoint: str | None = None,
 ) -> str:
     """A sentence for a reason code; given the inputs :func:`decide` read, it quotes the value that decided
-    (``disable=maybe``, ``DO_NOT_TRACK=yes``), so that a surprising value is seen for what it is."""
+    (``disable=maybe``, ``DO_NOT_TRACK=yes``), so that a surprising value is seen for what it is.
+
+    ``endpoint``: the endpoint as named (``_hook.named_endpoint(...) or app.endpoint``), for
+    ``destination:retired``: ``<url, secrets redacted> retired itself on <retired_on=> (HTTP 410)``; the day is
+    said only for the destination that retired last (the one ``retired_on=`` dates)."""
     kind, _, detail = reason.partition(":")
+    if reason == "destination:retired" and endpoint:
+        from ._redact import redact_url
+
+        listed = [] if user is None else user.get("retired", "").split()
+        day = "" if user is None else user.get("retired_on", "").strip()
+        digits = day.replace("-", "")
+        dated = listed[-1:] == [endpoint] and len(day) == 10 and day[4] == day[7] == "-" and len(digits) == 8
+        dated = dated and digits.isascii() and digits.isdigit()  # YYYY-MM-DD, as the flusher writes it
+        return f"{redact_url(endpoint)} retired itself" + (f" on {day}" if dated else "") + " (HTTP 410)"
     if kind == "env" and environ is not None and detail in environ:
         value = environ[detail].strip()
         said = f"the environment variable {detail} is set ({detail}={value}"

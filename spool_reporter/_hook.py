@@ -1201,6 +1201,15 @@ def record_event(
     user, policy = read_inputs(app, env)
     decision = decide(app, env, user, policy)
     if not decision.enabled:
+        if decision.mode == MODE_ASK and decision.reason[-4:] == ":ask":
+            # Ask mode, not answered yet (rule 12). At a terminal, the question comes after the command's output
+            # (_ask); with no terminal, and under the debug switch, nothing is asked and nothing recorded: an "off"
+            # run plus one isatty().
+            if not truthy(env.get(app.env_debug)) and os.isatty(0) and os.isatty(2):
+                from ._ask import ask_later  # at a terminal, until answered
+
+                ask_later(app, event, env, policy, long_lived)
+            return False
         if decision.reason == "destination:none" and truthy(env.get(app.env_debug)):
             # DEP 8's debug switch still shows what would be recorded; with nowhere to send it, nothing is
             # written: the stored client id if there is one, else a random one that is not kept, and no notice.
@@ -1208,10 +1217,17 @@ def record_event(
             when = time.time() if now is None else now
             _echo(app, build_line(app, event, cid if cid and is_uuid4(cid) else uuid4(), when))
             return True
-        if decision.hard_off and _has_queued(state_dir(app, env)):
+        found = _has_queued(state_dir(app, env)) if decision.hard_off else 0
+        if found & QUEUED:
             from ._local import purge_app  # rare: someone said no and events are queued
 
             purge_app(app, env, wait=LOCK_WAIT_SECONDS)
+        if found & FORGET_PENDING and decision.reason == "user:disable":
+            # Rare: the user's `disable` left a forget to send (only their own "no": an environment variable
+            # or a policy never sends one). The spawn gate and the start are in _spawn.
+            from ._spawn import start_forget_if_due
+
+            start_forget_if_due(app, env)
         return False
     got = ensure_client_id(app, user, env, notice, decision.local)
     if got is None:
@@ -1285,15 +1301,29 @@ def backing_off(gate: "float | None", now: "float") -> "bool":
     return gate is not None and now < gate <= now + MAX_BACKOFF
 
 
-def _has_queued(path: "str") -> "bool":
+#: The forget a ``disable`` left to a detached run (spool_reporter/_withdraw.py); its mtime is the next try's time.
+FORGET_PENDING_NAME: "Final" = "forget.pending"
+#: What _has_queued finds: events queued (or the local folder), a pending forget.
+QUEUED: "Final" = 1
+FORGET_PENDING: "Final" = 2
+
+
+def _has_queued(path: "str") -> "int":
     # "Disabling also deletes everything queued": one scandir (or a failed open) when nothing is queued,
     # before paying for the cold module that deletes. The local folder counts as queued when it exists (the
-    # purge removes it).
+    # purge removes it). The same scandir sees a pending forget (FORGET_PENDING): no extra system call.
+    found = 0
     try:
         with os.scandir(path) as entries:
-            return any(entry.name.endswith(SEGMENT_SUFFIX) or entry.name == LOCAL_FOLDER for entry in entries)
+            for entry in entries:
+                name = entry.name
+                if name.endswith(SEGMENT_SUFFIX) or name == LOCAL_FOLDER:
+                    found |= QUEUED
+                elif name == FORGET_PENDING_NAME:
+                    found |= FORGET_PENDING
     except OSError:
-        return False
+        return 0
+    return found
 
 
 def has_destination(
@@ -1326,14 +1356,15 @@ def refused_endpoint(url: "str | None") -> "bool":
     return host[:1].isalpha() and host != "localhost" and not host.endswith(".localhost")
 
 
-def _interval(env: "Mapping[str, str]") -> "float":
-    raw = env.get(SPAWN_INTERVAL_ENV)
+def shortened(env: "Mapping[str, str]", name: "str", longest: "float") -> "float":
+    # A test's variable (SPAWN_INTERVAL_ENV, _ask's) shortens a bound, never lengthens it; malformed is ignored.
+    raw = env.get(name)
     if raw:
         try:
-            return min(SPAWN_INTERVAL, max(0.0, float(raw)))
+            return min(longest, max(0.0, float(raw)))
         except ValueError:
             pass
-    return SPAWN_INTERVAL
+    return longest
 
 
 def mtime(folder: "Folder", name: "str") -> "float | None":
@@ -1370,7 +1401,7 @@ def gate_open(
     stamp = mtime(folder, STAMP_NAME)
     # A stamp in the future (the clock was set back) counts as expired rather than blocking for long.
     if stamp is not None and stamp <= now + 60:
-        interval = _interval(env)
+        interval = shortened(env, SPAWN_INTERVAL_ENV, SPAWN_INTERVAL)
         # A large spool (and on Windows, without the hand-over, a long-lived command) waits SPAWN_GAP after a
         # spawn: cheap insurance on top of the lock hand-over (the fault suite's storm once started 20 flushers
         # for 7 sends).
