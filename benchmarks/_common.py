@@ -12,8 +12,10 @@ import io
 import json
 import os
 import platform
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -166,3 +168,56 @@ def instructions(argv: list[str], env: dict[str, str], cwd: Path, out: Path) -> 
 def pct(a: int, b: int) -> float:
     """How much more ``a`` is than ``b``, in per cent."""
     return (a - b) / b * 100
+
+
+class SilentDestination:
+    """A loopback port that accepts connections and never answers (the worst destination there is); ``accepted``
+    counts the connections."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        self.accepted = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.accepted += 1
+            self.held.append(conn)  # read nothing, answer nothing, close nothing
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+        for conn in self.held:
+            conn.close()
+        self.sock.close()
+
+
+def flusher_idle(spool: Path) -> bool:
+    """No process holds ``flusher.lock`` in the spool folder ``spool`` (a non-blocking ``flock`` of our own, as the
+    hook's try-lock; POSIX)."""
+    import fcntl
+
+    lock = spool / "flusher.lock"
+    if not lock.exists():
+        return True
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True

@@ -29,12 +29,10 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -47,7 +45,7 @@ except ImportError:
     import spool_reporter
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import percentile, publish, report  # noqa: E402
+from _common import SilentDestination, flusher_idle, percentile, publish, report  # noqa: E402
 
 RATIO_BUDGET = 1.15
 """Median wall time of ``disable`` with a hung destination, over its median with none: "the same", within a
@@ -55,38 +53,6 @@ tolerance for the noise of a shared 2-core machine."""
 DETACHED_WAIT_S = 30.0
 """How long the benchmark waits (untimed) for a detached run to end before the next measured run."""
 MODES = ("none", "hung")
-
-
-class Hung:
-    """A loopback listener that accepts every connection and never answers (closed at the end)."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        self.conns: list[socket.socket] = []
-        self.sock.settimeout(0.2)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.accepted += 1
-            self.conns.append(conn)
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(5)
-        for conn in self.conns:
-            conn.close()
-        self.sock.close()
 
 
 def _env(home: Path, endpoint: str | None) -> dict[str, str]:
@@ -114,26 +80,9 @@ def _reset(home: Path) -> None:
     (home / "state" / "spool_reporter" / "django" / "forget.pending").unlink(missing_ok=True)
 
 
-def _idle(home: Path) -> bool:
-    """No detached run holds flusher.lock."""
-    import fcntl
-
-    path = home / "state" / "spool_reporter" / "django" / "flusher.lock"
-    if not path.exists():
-        return True
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    return True
-
-
 def _wait_idle(home: Path) -> None:
     deadline = time.monotonic() + DETACHED_WAIT_S
-    while not _idle(home):
+    while not flusher_idle(home / "state" / "spool_reporter" / "django"):
         if time.monotonic() > deadline:
             raise SystemExit("a detached run did not end in time")
         time.sleep(0.05)
@@ -173,7 +122,7 @@ def main() -> int:
     parser.add_argument("--no-publish", action="store_true", help="print only; leave docs/_generated alone")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-disable-"))
-    hung = Hung()
+    hung = SilentDestination()
     try:
         homes = {mode: root / mode for mode in MODES}
         envs = {

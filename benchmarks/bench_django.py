@@ -43,12 +43,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import instructions, make_venv, pct, pip, publish, report
+from _common import SilentDestination, instructions, make_venv, pct, pip, publish, report
 
 REPO = Path(__file__).resolve().parent.parent
 STARTPROJECT_BUDGET = 0.75  # % more instructions, on vs off (MISSION.md: ≈ 1 ms of startproject)
@@ -103,38 +102,6 @@ def home_env(root: Path, **extra: str) -> dict[str, str]:
     (root / "config").mkdir()
     (root / "config" / "djangoanalytics").write_text("disable=0\n")
     return env
-
-
-class SilentDestination:
-    """A loopback port that accepts connections and never answers (the worst destination there is)."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.held: list[socket.socket] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self) -> None:
-        self.sock.settimeout(0.2)
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.held.append(conn)  # read nothing, answer nothing, close nothing
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(timeout=5)
-        for conn in self.held:
-            conn.close()
-        self.sock.close()
 
 
 def startproject(bindir: Path, env: dict[str, str], cwd: Path, name: str) -> float:

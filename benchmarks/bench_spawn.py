@@ -36,7 +36,6 @@ before and after a change. About a minute, plus valgrind.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import http.server
 import importlib.util
 import json
@@ -52,7 +51,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import instructions, make_venv, percentile, pip, publish, report
+from _common import flusher_idle, instructions, make_venv, percentile, pip, publish, report
 
 REPO = Path(__file__).resolve().parent.parent
 START_BUDGET_MS = 5.0  # MISSION.md: a run that starts the flusher, vs python -c pass
@@ -109,22 +108,9 @@ class Home:
             XDG_CONFIG_DIRS=str(root / "etc-xdg"),
         )
 
-    def flusher_done(self) -> bool:
-        lock = self.spool / "flusher.lock"
-        if not lock.exists():
-            return True
-        fd = os.open(lock, os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        finally:
-            os.close(fd)
-        return True
-
     def wait_flusher(self) -> None:
         deadline = time.monotonic() + FLUSHER_WAIT
-        while not self.flusher_done():
+        while not flusher_idle(self.spool):
             if time.monotonic() > deadline:
                 msg = f"a flusher in {self.spool} did not finish within {FLUSHER_WAIT:.0f} s"
                 raise RuntimeError(msg)
