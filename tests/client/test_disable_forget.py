@@ -5,10 +5,12 @@ loopback."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,23 @@ def settled_after_failure(sandbox: Sandbox, app: App) -> dict[str, object]:
     doc = json.loads(path.read_text())
     assert isinstance(doc, dict)
     return doc
+
+
+@contextlib.contextmanager
+def forget_waiting(sandbox: Sandbox, app: App) -> Iterator[tuple[RefusedPort, dict[str, str], str, dict[str, object]]]:
+    """A user with a client id ran ``disable`` while the collector refused connections: the forget's first try
+    failed and waits. Yields the port (``serve`` it to answer), the environment, the id and the record; closes the
+    port at the end."""
+    port = RefusedPort()
+    try:
+        env = with_destination(sandbox.env, port.url(), **SLOW)
+        fill(app, env, 1)
+        old = client_id(sandbox, app)
+        assert old is not None
+        assert cli(sandbox, "disable", env=env).returncode == 0
+        yield port, env, old, settled_after_failure(sandbox, app)
+    finally:
+        port.close()
 
 
 def sent_events(sandbox: Sandbox, app: App, env: dict[str, str], count: int = 3) -> str:
@@ -232,14 +251,7 @@ def test_the_local_switches_hold_the_forget_and_never_schedule_one(sandbox: Sand
 
 
 def test_enable_before_delivery_takes_a_new_id_and_keeps_forgetting_the_old(sandbox: Sandbox, app: App) -> None:
-    port = RefusedPort()
-    try:
-        env = with_destination(sandbox.env, port.url(), **SLOW)
-        fill(app, env, 1)
-        old = client_id(sandbox, app)
-        assert old is not None
-        assert cli(sandbox, "disable", env=env).returncode == 0
-        settled_after_failure(sandbox, app)
+    with forget_waiting(sandbox, app) as (port, env, old, _):
         enabled = cli(sandbox, "enable", env=env)
         assert enabled.returncode == 0, enabled.stderr
         assert f"Your old client id {old[:8]}... is still being forgotten" in enabled.stdout
@@ -259,42 +271,25 @@ def test_enable_before_delivery_takes_a_new_id_and_keeps_forgetting_the_old(sand
             assert sorted(r.json()["client_id"] for r in server.received) == sorted([old, new])
         finally:
             server.close()
-    finally:
-        port.close()
     assert forgot.stdout.count("Forgotten at the collector: client id ") == 2
     assert client_id(sandbox, app) is None
     assert _withdraw.read(app, env) is None
 
 
 def test_disable_twice_keeps_one_record_and_tries_again(sandbox: Sandbox, app: App) -> None:
-    port = RefusedPort()
-    try:
-        env = with_destination(sandbox.env, port.url(), **SLOW)
-        fill(app, env, 1)
-        old = client_id(sandbox, app)
-        assert old is not None
-        assert cli(sandbox, "disable", env=env).returncode == 0
-        first = settled_after_failure(sandbox, app)
+    with forget_waiting(sandbox, app) as (_, env, old, first):
         again = cli(sandbox, "disable", env=env)
         assert again.returncode == 0
         assert f"The forget of client id {old[:8]}..., pending since " in again.stdout
         assert again.stdout.endswith(", is tried again now.\n")
         wait_for(lambda: flusher_idle(sandbox, app), timeout=60, what="the second run")
         doc = json.loads(pending(sandbox, app).read_text())
-    finally:
-        port.close()
     assert doc["entries"] == first["entries"]  # the same id, the same first try: the 30 days still count from it
     assert client_id(sandbox, app) == old
 
 
 def test_reset_id_keeps_forgetting_the_old_one(sandbox: Sandbox, app: App) -> None:
-    port = RefusedPort()
-    try:
-        env = with_destination(sandbox.env, port.url(), **SLOW)
-        fill(app, env, 1)
-        old = client_id(sandbox, app)
-        assert cli(sandbox, "disable", env=env).returncode == 0
-        settled_after_failure(sandbox, app)
+    with forget_waiting(sandbox, app) as (port, env, old, _):
         reset = cli(sandbox, "reset-id", env=env)
         assert reset.returncode == 0
         assert reset.stdout.endswith(
@@ -310,8 +305,6 @@ def test_reset_id_keeps_forgetting_the_old_one(sandbox: Sandbox, app: App) -> No
             assert [r.json() for r in server.received] == [{"client_id": old}]
         finally:
             server.close()
-    finally:
-        port.close()
     assert client_id(sandbox, app) == new  # only the forgotten id is deleted
 
 

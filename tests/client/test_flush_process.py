@@ -14,9 +14,9 @@ from collections import Counter
 
 import pytest
 
-from spool_reporter import App, _detached, _flush, _hook, _spawn, _state
+from spool_reporter import App, _detached, _flush, _hook, _state
 
-from support.commands import flusher_idle
+from support.commands import count_starts, flusher_idle
 from support.polling import wait_for
 from support.sandbox import Sandbox
 from support.servers import RefusedPort, fill, serving, with_destination
@@ -62,19 +62,6 @@ HANGING_DNS = textwrap.dedent(
     socket.getaddrinfo = getaddrinfo
     """
 )
-
-
-def count_starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A list that grows by one each time this process starts a flusher (the real detached process)."""
-    starts: list[int] = []
-    real_start = _spawn._start
-
-    def counting_start(spec: _spawn.SpawnSpec) -> bool:
-        starts.append(1)
-        return real_start(spec)
-
-    monkeypatch.setattr(_spawn, "_start", counting_start)
-    return starts
 
 
 @pytest.mark.serial

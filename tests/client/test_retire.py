@@ -17,10 +17,10 @@ import time
 
 import pytest
 
-from spool_reporter import App, _flush, _hook, _spawn, _state
+from spool_reporter import App, _flush, _hook, _state
 from spool_reporter._redact import redact_url
 
-from support.commands import cli, flusher_idle, unnamed
+from support.commands import cli, count_starts, flusher_idle, unnamed
 from support.polling import wait_for
 from support.sandbox import Sandbox, run_py
 from support.servers import fill, serving, with_destination
@@ -39,19 +39,6 @@ TRANSPORTS = [
 
 NOTICE_HEAD = "usage reporting is on"
 """A piece of the first-run notice (``_firstrun.notice_text``)."""
-
-
-def count_starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A list that grows by one each time this process starts a flusher (the real detached process)."""
-    starts: list[int] = []
-    real_start = _spawn._start
-
-    def counting_start(spec: _spawn.SpawnSpec) -> bool:
-        starts.append(1)
-        return real_start(spec)
-
-    monkeypatch.setattr(_spawn, "_start", counting_start)
-    return starts
 
 
 def user_values(sandbox: Sandbox, app: App) -> dict[str, str]:

@@ -30,6 +30,7 @@ from spool_reporter._firstrun import notice_text
 from ._django_user import APP, COMMAND_TIMEOUT, NOTICE, SERIES, User
 from ._django_venv import Venv, venv_env
 from support import servers
+from support.commands import flusher_idle
 from support.polling import wait_for
 from support.ports import free_port
 from support.sandbox import Sandbox
@@ -533,20 +534,8 @@ def test_django_admin_startproject_piped_to_cat_ends_with_the_command(user: User
 
 
 def _flusher_holds_its_lock(u: User) -> bool:
-    """A flusher holds flusher.lock (probed with a non-blocking flock of our own)."""
-    import fcntl
-
-    path = u.sandbox.state_dir(APP) / "flusher.lock"
-    if not path.exists():
-        return False
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    """A flusher holds flusher.lock (probed with the hook's own try-lock)."""
+    return not flusher_idle(u.sandbox, APP)
 
 
 # --- the installation: .pth arming, cost, imports -----------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The client's command line and processes as the tests run them: ``django-spool`` as a real subprocess
 (:func:`cli`), an environment without a destination (:func:`unnamed`), processes recording at the same moment
-(:func:`record_together`), the files under a folder (:func:`snapshot`) and whether a flusher runs
-(:func:`flusher_idle`)."""
+(:func:`record_together`), the files under a folder (:func:`snapshot`), whether a flusher runs
+(:func:`flusher_idle`) and how many this process starts (:func:`count_starts`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from spool_reporter import App, _hook
+import pytest
+
+from spool_reporter import App, _hook, _spawn
 
 from .polling import wait_for
 from .sandbox import PACKAGE_FROM_CHECKOUT, Sandbox
@@ -91,3 +93,16 @@ def flusher_idle(sandbox: Sandbox, app: App) -> bool:
         return _hook.try_lock(fd)
     finally:
         os.close(fd)
+
+
+def count_starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one each time this process starts a flusher (the real detached process)."""
+    starts: list[int] = []
+    real_start = _spawn._start
+
+    def counting_start(spec: _spawn.SpawnSpec) -> bool:
+        starts.append(1)
+        return real_start(spec)
+
+    monkeypatch.setattr(_spawn, "_start", counting_start)
+    return starts
