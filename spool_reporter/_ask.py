@@ -230,7 +230,7 @@ def ask(app: "App", event: str, environ: "Mapping[str, str]", *, long_lived: boo
     decision = _hook.decide(app, environ, user, policy)
     if decision.reason not in ASK_REASONS:
         return "none"  # answered by another command, or by enable/disable, since this one started
-    endpoint = _hook.named_endpoint(app, environ, user, policy) or app.endpoint or ""
+    endpoint = _hook.effective_endpoint(app, environ, user, policy)
     _flush_typeahead()
     _say(question(app, endpoint, enter))
     answer = _answer_or_none(enter, _hook.shortened(environ, ASK_SECONDS_ENV, ASK_SECONDS))

@@ -231,7 +231,7 @@ def _gather_status(ctx: Context) -> _Status:
             environ=env,
             user=user,
             policy=policy,
-            endpoint=_hook.named_endpoint(app, env, user, policy) or app.endpoint,
+            endpoint=_hook.effective_endpoint(app, env, user, policy),
         ),
         "mode": decision.mode,
         "ask": _ask.status_facts(app, env, user, policy) if decision.mode == _hook.MODE_ASK else None,
@@ -388,7 +388,7 @@ def cmd_enable(args: argparse.Namespace, ctx: Context) -> int:
             )
         say(f"Reporting is on. See what would be sent with: {ctx.prog} flush --dry-run")
         return EXIT_OK
-    named = _hook.named_endpoint(app, env, user, policy) or app.endpoint
+    named = _hook.effective_endpoint(app, env, user, policy)
     why = _consent.explain(decision.reason, environ=env, user=user, policy=policy, endpoint=named)
     say(f"Reporting stays off: {why} [{decision.reason}].")
     if decision.reason == "destination:retired":

@@ -136,7 +136,7 @@ def _gather_flush(ctx: Context) -> _Flushed:
         destination = dest.redacted_url() if dest is not None else None
     elif result.outcome == "disabled":
         user, policy, decision = inputs(ctx)
-        named = _hook.named_endpoint(app, env, user, policy) or app.endpoint
+        named = _hook.effective_endpoint(app, env, user, policy)
         reason = _consent.explain(decision.reason, environ=env, user=user, policy=policy, endpoint=named)
     return _Flushed(result, remaining, count_local(app, env), destination=destination, reason=reason)
 

@@ -58,7 +58,7 @@ def explain(
     """A sentence for a reason code; given the inputs :func:`decide` read, it quotes the value that decided
     (``disable=maybe``, ``DO_NOT_TRACK=yes``), so that a surprising value is seen for what it is.
 
-    ``endpoint``: the endpoint as named (``_hook.named_endpoint(...) or app.endpoint``), for
+    ``endpoint``: the endpoint as named (``_hook.effective_endpoint``), for
     ``destination:retired``: ``<url, secrets redacted> retired itself on <retired_on=> (HTTP 410)``; the day is
     said only for the destination that retired last (the one ``retired_on=`` dates)."""
     kind, _, detail = reason.partition(":")

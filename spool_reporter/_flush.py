@@ -170,7 +170,7 @@ def _decide_and_drain(
     path = _hook.state_dir(app, env)
     user, policy = _hook.read_inputs(app, env)
     decision = _hook.decide(app, env, user, policy)
-    named = _hook.named_endpoint(app, env, user, policy) or app.endpoint or ""
+    named = _hook.effective_endpoint(app, env, user, policy)
     if not decision.enabled:
         purged = purge(app, env) if decision.hard_off else 0
         return FlushResult(

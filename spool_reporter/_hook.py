@@ -584,7 +584,7 @@ def decide(
 
     def nowhere() -> "str | None":
         # Why no event could leave: no destination from any source, or the one named retired itself (410).
-        endpoint = named_endpoint(app, environ, user, policy) or app.endpoint
+        endpoint = effective_endpoint(app, environ, user, policy)
         if not endpoint:
             return "destination:none"
         retired = None if user is None else user.get(RETIRED_KEY)
@@ -1326,11 +1326,12 @@ def _has_queued(path: "str") -> "int":
     return found
 
 
-def has_destination(
+def effective_endpoint(
     app: "App", env: "Mapping[str, str]", user: "dict[str, str] | None", policy: "dict[str, str] | None"
-) -> bool:
-    # The cheap check: something names an endpoint (_settings validates it; status says what is wrong with it).
-    return app.endpoint is not None or bool(named_endpoint(app, env, user, policy))
+) -> "str":
+    # The destination in effect, exactly as named: the one named_endpoint finds, else the App's default; "" when
+    # none (_settings validates it; status says what is wrong with it). What retired= records and decide compares.
+    return named_endpoint(app, env, user, policy) or app.endpoint or ""
 
 
 def named_endpoint(

@@ -67,7 +67,7 @@ def plan(app: App, *, environ: Mapping[str, str] | None = None) -> Plan:
     decision = _hook.decide(app, env, user, policy)
     if not decision.enabled:
         what = "queued events would be deleted" if decision.hard_off else "nothing would be sent"
-        named = _hook.named_endpoint(app, env, user, policy) or app.endpoint
+        named = _hook.effective_endpoint(app, env, user, policy)
         why = _consent.explain(decision.reason, user=user, endpoint=named)
         return Plan(
             events=events,

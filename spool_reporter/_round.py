@@ -120,7 +120,7 @@ class Round:
     ) -> None:
         self.app = app
         self.named = named
-        """The endpoint exactly as named (``_hook.named_endpoint(...) or app.endpoint``): what ``retired=`` records
+        """The endpoint exactly as named (``_hook.effective_endpoint``): what ``retired=`` records
         and the consent rule ``destination:retired`` compares."""
         self.env = env
         self.folder = folder
