@@ -38,9 +38,6 @@ RUNS_SUFFIX: "Final" = ".runs"
 """The count of ``ask_after=``: ``<config folder>/<config_name>.runs`` (``~/.config/djangoanalytics.runs``), one
 number, deleted once the question is answered."""
 
-ASK_REASONS: "Final" = frozenset({"policy:ask", "app:ask"})
-"""The decisions that mean "not answered yet"."""
-
 MAX_TRIES: "Final" = 3
 """Lines that are neither yes nor no before the question gives up (within the same :data:`ASK_SECONDS`)."""
 
@@ -228,7 +225,7 @@ def ask(app: "App", event: str, environ: "Mapping[str, str]", *, long_lived: boo
         return "none"
     user, policy = _hook.read_inputs(app, environ)
     decision = _hook.decide(app, environ, user, policy)
-    if decision.reason not in ASK_REASONS:
+    if decision.reason not in _hook.ASK_REASONS:
         return "none"  # answered by another command, or by enable/disable, since this one started
     endpoint = _hook.effective_endpoint(app, environ, user, policy)
     _flush_typeahead()

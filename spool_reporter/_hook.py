@@ -493,6 +493,9 @@ MODE_LOCAL: "Final" = "local"
 #: ``default=ask``: nothing is recorded until the user answers one question at a terminal (_ask asks it).
 MODE_ASK: "Final" = "ask"
 
+#: The decisions of ask mode that mean "nobody has answered yet" (rule 12): the hook may ask (_ask).
+ASK_REASONS: "Final" = frozenset({"policy:ask", "app:ask"})
+
 #: The largest ``ask_after=`` (policy or App): a bound, so that a typo cannot mean "never ask".
 MAX_ASK_AFTER: "Final" = 100
 
@@ -1201,7 +1204,7 @@ def record_event(
     user, policy = read_inputs(app, env)
     decision = decide(app, env, user, policy)
     if not decision.enabled:
-        if decision.mode == MODE_ASK and decision.reason[-4:] == ":ask":
+        if decision.reason in ASK_REASONS:
             # Ask mode, not answered yet (rule 12). At a terminal, the question comes after the command's output
             # (_ask); with no terminal, and under the debug switch, nothing is asked and nothing recorded: an "off"
             # run plus one isatty().
