@@ -211,10 +211,10 @@ def _flush_typeahead() -> None:
     # What was typed while the command ran (an Enter pressed to wait) is not an answer to a question not yet asked.
     try:
         import termios
-
+    except ImportError:  # pragma: no cover - not POSIX
+        return
+    with contextlib.suppress(termios.error, OSError):  # termios.error is not an OSError
         termios.tcflush(0, termios.TCIFLUSH)
-    except (ImportError, OSError):  # pragma: no cover - not a POSIX terminal
-        pass
 
 
 def ask(app: "App", event: str, environ: "Mapping[str, str]", *, long_lived: bool = False, enter: str = "yes") -> str:
@@ -227,19 +227,18 @@ def ask(app: "App", event: str, environ: "Mapping[str, str]", *, long_lived: boo
     decision = _hook.decide(app, environ, user, policy)
     if decision.reason not in _hook.ASK_REASONS:
         return "none"  # answered by another command, or by enable/disable, since this one started
-    endpoint = _hook.effective_endpoint(app, environ, user, policy)
-    _flush_typeahead()
-    _say(question(app, endpoint, enter))
-    answer = _answer_or_none(enter, _hook.shortened(environ, ASK_SECONDS_ENV, ASK_SECONDS))
+    text = question(app, _hook.effective_endpoint(app, environ, user, policy), enter)
+    answer = _answer_or_none(text, enter, _hook.shortened(environ, ASK_SECONDS_ENV, ASK_SECONDS))
     if answer is None:
         _say(f"\nNo answer: nothing was recorded; {app.name} will ask again next time.\n")
         return "none"
     return _keep(app, event, environ, answer, long_lived=long_lived)
 
 
-def _answer_or_none(enter: str, seconds: float) -> "str | None":
-    # Ctrl-C at the question is no answer, whatever SIGINT did before (a SIG_DFL would end the process, and so
-    # change its exit status): for as long as the question waits, SIGINT raises KeyboardInterrupt here.
+def _answer_or_none(text: str, enter: str, seconds: float) -> "str | None":
+    # Print the question and read its answer. Ctrl-C at the question is no answer, whatever SIGINT did before (a
+    # SIG_DFL would end the process, and so change its exit status): from before the question is printed until
+    # it stops waiting, SIGINT raises KeyboardInterrupt here.
     import signal
 
     def interrupted(signum: int, frame: object) -> None:
@@ -250,6 +249,8 @@ def _answer_or_none(enter: str, seconds: float) -> "str | None":
     except (ValueError, OSError):  # pragma: no cover - not the main thread
         previous = None
     try:
+        _flush_typeahead()
+        _say(text)
         return read_answer(enter, seconds)
     except KeyboardInterrupt:
         return None

@@ -3,6 +3,7 @@ integrator's App; ``status`` in ask mode. Real Django on a terminal: tests/integ
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from spool_reporter import App, decide
 from spool_reporter._ask import (
+    _answer_or_none,
     ask_settings,
     count_run,
     question,
@@ -155,6 +157,43 @@ def test_an_integrators_app_asks_at_a_terminal_and_records_after_a_yes(sandbox: 
     assert [line for line in sandbox.spool_lines(app) if b'"event":"build"' in line]
     asking = App(name="MyTool", version="1.0", default="ask", endpoint="http://mytool.invalid/v1/batch")
     assert decide(asking, sandbox.env).reason == "user:enable"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX pseudo-terminals")
+def test_ctrl_c_at_the_question_is_no_answer_even_where_sigint_would_kill(sandbox: Sandbox) -> None:
+    """The program set SIGINT to its default action (death by signal 2); Ctrl-C typed once the question shows is
+    still no answer: said, nothing written, and the program's own exit status."""
+    code = (
+        "import signal, sys, spool_reporter; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "app = spool_reporter.App(name='MyTool', version='1.0', default='ask', "
+        "endpoint='http://mytool.invalid/v1/batch'); spool_reporter.record('build', app=app); sys.exit(3)"
+    )
+    run = on_terminal([sys.executable, "-c", code], env=sandbox.env, cwd=sandbox.root, answer=b"\x03", timeout=60)
+    assert run.asked, run.output
+    assert b"MyTool will ask again next time" in run.output
+    assert run.returncode == 3
+    assert not sandbox.config_dir.exists()
+
+
+def test_ctrl_c_is_caught_before_the_question_shows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C typed the moment the question appears must meet the question's own SIGINT handler: it is in place
+    when the text is written, and the program's is back afterwards (no wait: a bound of 0 s)."""
+    handlers: list[object] = []
+
+    class Stderr:
+        def write(self, text: str) -> int:
+            handlers.append(signal.getsignal(signal.SIGINT))
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    before = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(sys, "stderr", Stderr())
+    assert _answer_or_none("Send usage events? [Y/n] ", "yes", 0.0) is None
+    assert handlers
+    assert handlers[0] not in (before, signal.SIG_DFL, signal.SIG_IGN, signal.default_int_handler)
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_the_docs_quote_the_question_word_for_word() -> None:
